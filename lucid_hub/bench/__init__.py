@@ -1,0 +1,1 @@
+"""Benchmarks behind `lucid-hub bench`: generated data, figures and baseline ratios."""

@@ -1,0 +1,270 @@
+"""The `lucid-hub` command. Each subcommand parses its options, calls the domain code and
+prints; errors are one line on stderr with a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+import pyoxigraph as ox
+
+from lucid_hub import __version__
+from lucid_hub.config import Settings
+from lucid_hub.errors import InputError, InputTooLargeError, LucidError
+from lucid_hub.rdf.apply import GraphReplica
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.patch import check_patch_id
+from lucid_hub.rdf.serialization import PATCH_FORMATS, read_patch, sniff_patch_format, write_patch
+from lucid_hub.rdf.syntax import rdf_format, read_file, serialize
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+
+
+class _Context:
+    """What every subcommand shares: settings, and a canonicaliser made on first use."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._canonicalizer: Canonicalizer | None = None
+
+    @property
+    def canonicalizer(self) -> Canonicalizer:
+        if self._canonicalizer is None:
+            self._canonicalizer = Canonicalizer(self.settings.canon_timeout,
+                                                self.settings.canon_memory_mb)
+        return self._canonicalizer
+
+    def close(self) -> None:
+        if self._canonicalizer is not None:
+            self._canonicalizer.close()
+
+
+pass_ctx = click.make_pass_decorator(_Context)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lucid-hub")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """lucid-hub: publish RDF named graphs as signed, hash-chained patches and mirror
+    your partners' graphs. Settings come from LUCID_* environment variables."""
+    state = _Context(Settings.from_env())
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+def _read_limited(path: Path, limit: int, what: str) -> bytes:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if size > limit:
+        raise InputTooLargeError(
+            f"{path}: {what} of {size} bytes exceeds the limit of {limit} bytes (LUCID_MAX_PATCH_BYTES)"
+        )
+    return path.read_bytes()
+
+
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--input-format", help="RDF syntax of FILE (default: from its extension).")
+@click.option("--hash", "algorithm", type=click.Choice(["sha256", "sha384"]), default="sha256",
+              show_default=True, help="Hash function of RDFC-1.0.")
+@pass_ctx
+def canon(state: _Context, file: Path, input_format: str | None, algorithm: str) -> None:
+    """Print the RDFC-1.0 canonical N-Quads of the dataset in FILE."""
+    statements = [str(q) for q in read_file(file, input_format)]
+    sys.stdout.write(state.canonicalizer.canonicalize(statements, algorithm))
+
+
+@cli.command()
+@click.argument("old", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("new", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--graph", help="IRI of the graph that triples (and default-graph quads) belong to.")
+@click.option("--prev", help="Id of the patch that produced OLD (none: OLD is the first version).")
+@click.option("--author", default="", help="Patch author.")
+@click.option("--message", default="", help="Patch message.")
+@click.option("--created", help="Creation time, ISO 8601 (default: now). For reproducible patches.")
+@click.option("--key", "key_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Private Ed25519 key (PEM or JWK) to sign with; unsigned without it.")
+@click.option("--format", "fmt", type=click.Choice(PATCH_FORMATS), default="rdf-patch",
+              show_default=True)
+@click.option("--input-format", help="RDF syntax of OLD and NEW (default: from extensions).")
+@pass_ctx
+def diff(state: _Context, old: Path, new: Path, graph: str | None, prev: str | None, author: str,
+         message: str, created: str | None, key_file: Path | None, fmt: str,
+         input_format: str | None) -> None:
+    """Print the patch that turns OLD into NEW, one per changed graph."""
+    from lucid_hub.diff.local import LocalDiffEngine
+    from lucid_hub.signing import load_key, sign_patch
+
+    if prev is not None:
+        check_patch_id(prev, "--prev")
+    when = _parse_time(created) if created else None
+    key = load_key(key_file) if key_file else None
+    changes = LocalDiffEngine(state.canonicalizer).diff_files(
+        old, new, default_graph=graph, fmt=input_format)
+    if prev is not None and len(changes) > 1:
+        raise InputError("--prev names the version of one graph, but several graphs changed; "
+                         "diff one graph at a time")
+    if not changes:
+        click.echo("lucid-hub: no changes", err=True)
+    for change in changes:
+        patch = change.to_patch(prev, author=author, message=message, created=when)
+        if key is not None:
+            patch = sign_patch(patch, key)
+        sys.stdout.buffer.write(write_patch(patch, fmt))
+    sys.stdout.flush()
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"--created {text!r} is not an ISO 8601 date and time") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+@cli.command()
+@click.argument("patch_file", metavar="PATCH", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("base", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--version", "version", help="Id of the version BASE is at (default: none, "
+              "i.e. BASE is the content before the graph's first patch).")
+@click.option("--format", "out_format", default="nquads", show_default=True,
+              type=click.Choice(["nquads", "ntriples", "turtle", "trig"]))
+@click.option("--patch-format", type=click.Choice(PATCH_FORMATS), help="Default: detected.")
+@click.option("--base-format", help="RDF syntax of BASE (default: from its extension).")
+@pass_ctx
+def apply(state: _Context, patch_file: Path, base: Path, version: str | None, out_format: str,
+          patch_format: str | None, base_format: str | None) -> None:
+    """Print the graph that results from applying PATCH to BASE."""
+    if version is not None:
+        check_patch_id(version, "--version")
+    raw = _read_limited(patch_file, state.settings.max_patch_bytes, "patch")
+    fmt = patch_format or sniff_patch_format(raw, patch_file.name)
+    patch = read_patch(raw, state.canonicalizer, fmt)
+    graph = ox.NamedNode(patch.graph)
+    triples = []
+    for q in read_file(base, base_format):
+        if type(q.graph_name) is not ox.DefaultGraph and q.graph_name != graph:
+            raise InputError(f"{base}: holds graph {q.graph_name}, but the patch is for {graph}")
+        triples.append(q)
+    replica = GraphReplica(triples, state.canonicalizer, version)
+    replica.apply(patch)
+    quads = [ox.Quad(t.subject, t.predicate, t.object, graph) for t in replica.triples()]
+    out = serialize(quads, rdf_format(out_format))
+    if out_format in ("nquads", "ntriples"):
+        out = b"".join(sorted(out.splitlines(keepends=True)))
+    sys.stdout.buffer.write(out)
+    sys.stdout.flush()
+
+
+@cli.command()
+@click.argument("patch_file", metavar="PATCH", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--jwks", "jwks_file", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The publisher's public keys (JWKS).")
+@click.option("--patch-format", type=click.Choice(PATCH_FORMATS), help="Default: detected.")
+@pass_ctx
+def verify(state: _Context, patch_file: Path, jwks_file: Path, patch_format: str | None) -> None:
+    """Exit 0 only if PATCH is intact and correctly signed by a key in the JWKS."""
+    from lucid_hub.signing import TrustedKeys, verify_patch, verify_patch_bytes
+
+    trusted = TrustedKeys.from_file(jwks_file)
+    raw = _read_limited(patch_file, state.settings.max_patch_bytes, "patch")
+    fmt = patch_format or sniff_patch_format(raw, patch_file.name)
+    if fmt == "rdf-patch":
+        patch = verify_patch_bytes(raw, trusted, state.canonicalizer)
+    else:
+        patch = read_patch(raw, state.canonicalizer, fmt)
+        verify_patch(patch, trusted)
+    click.echo(f"verified {patch.id} (graph <{patch.graph}>, "
+               f"-{len(patch.removed)} +{len(patch.added)} MSGs)")
+
+
+@cli.group()
+def keys() -> None:
+    """Publisher signing keys (Ed25519)."""
+
+
+@keys.command("generate")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Directory for signing-key.pem (mode 0600) and jwks.json.")
+def keys_generate(out_dir: Path) -> None:
+    """Write a new private key and the public JWKS."""
+    from lucid_hub.signing import KeyRing
+
+    key = KeyRing(out_dir).create()
+    click.echo(f"generated key kid={key.kid} in {out_dir}")
+
+
+@keys.command("rotate")
+@click.option("--dir", "key_dir", required=True, type=click.Path(path_type=Path, file_okay=False))
+def keys_rotate(key_dir: Path) -> None:
+    """Make a new active key; the old one stays in the JWKS for verification."""
+    from lucid_hub.signing import KeyRing
+
+    ring = KeyRing(key_dir)
+    if not ring.exists():
+        raise InputError(f"{key_dir}: no signing key to rotate (run 'keys generate' first)")
+    key = ring.rotate()
+    click.echo(f"rotated: active key is now kid={key.kid}")
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks (figures and ratios against a baseline run in the same process)."""
+
+
+@bench.command("canon")
+@click.option("--triples", default=1_000_000, show_default=True, help="Size of the large graph.")
+@click.option("--blank-triples", default=100_000, show_default=True,
+              help="Size of the graph whose subjects are all blank nodes.")
+@click.option("--baseline-triples", default=20_000, show_default=True,
+              help="Size of the subset the rdflib baseline runs on.")
+@click.option("--change", default=0.01, show_default=True, help="Fraction of triples changed.")
+@click.option("--seed", default=1, show_default=True)
+def bench_canon(triples: int, blank_triples: int, baseline_triples: int, change: float,
+                seed: int) -> None:
+    """MSG hashing and diff of generated graphs, against rdflib's canonicalisation."""
+    from lucid_hub.bench.canon import run
+
+    run(triples=triples, blank_triples=blank_triples, baseline_triples=baseline_triples,
+        change=change, seed=seed)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    try:
+        result = cli.main(args=argv, prog_name="lucid-hub", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.UsageError as exc:
+        click.echo(f"lucid-hub: usage: {_one_line(exc.format_message())} (see --help)", err=True)
+        return EXIT_USAGE
+    except click.Abort:
+        click.echo("lucid-hub: aborted", err=True)
+        return EXIT_ERROR
+    except LucidError as exc:
+        click.echo(f"lucid-hub: error: {_one_line(str(exc))}", err=True)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the promise is one line, never a traceback
+        click.echo(f"lucid-hub: internal error: {type(exc).__name__}: {_one_line(str(exc))}",
+                   err=True)
+        return EXIT_INTERNAL
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""One settings object, read once from `LUCID_*` environment variables.
+
+Embedded defaults need nothing installed; every setting can be overridden by the operator.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from lucid_hub.errors import ConfigError
+
+ENV_PREFIX = "LUCID_"
+
+
+def _default_data_dir() -> Path:
+    return Path.cwd() / "data"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Configuration of one lucid-hub process. Field `x` is read from `LUCID_X`."""
+
+    data_dir: Path = field(default_factory=_default_data_dir)
+    # Seconds one canonicalisation may take before it fails with CanonicalizationLimitExceeded.
+    canon_timeout: float = 5.0
+    # Memory (MiB) the canonicalisation guard process may use before it is stopped.
+    canon_memory_mb: int = 2048
+    # Largest patch document (bytes) that is read for apply or verify.
+    max_patch_bytes: int = 256 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from `LUCID_*` variables, defaults for the rest; bad values raise."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _convert(f.name, raw, f.type)
+        settings = cls(**values)
+        settings._validate()
+        return settings
+
+    def _validate(self) -> None:
+        if self.canon_timeout <= 0:
+            raise ConfigError("LUCID_CANON_TIMEOUT must be a positive number of seconds")
+        if self.canon_memory_mb < 64:
+            raise ConfigError("LUCID_CANON_MEMORY_MB must be at least 64")
+        if self.max_patch_bytes <= 0:
+            raise ConfigError("LUCID_MAX_PATCH_BYTES must be positive")
+
+
+def _convert(name: str, raw: str, type_name: object) -> Any:
+    kind = str(type_name)
+    try:
+        if kind == "Path":
+            return Path(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "bool":
+            return raw.strip().lower() in {"1", "true", "yes", "on"}
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()}: not a valid {kind}: {raw!r}") from None
+    return raw

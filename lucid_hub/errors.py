@@ -1,0 +1,59 @@
+"""The one exception hierarchy of lucid-hub.
+
+Lower layers' errors (pyoxigraph, joserfc, OS) are translated into these at the
+boundary; the CLI and the web layer map each family to one exit code or HTTP status.
+"""
+
+from __future__ import annotations
+
+
+class LucidError(Exception):
+    """Base of every error lucid-hub raises on purpose; its message is safe to show."""
+
+
+class InputError(LucidError):
+    """The caller's input is malformed, unsupported or too large."""
+
+
+class RdfSyntaxError(InputError):
+    """An RDF document could not be parsed (the message names the source and line)."""
+
+
+class UnsupportedRdfError(InputError):
+    """Well-formed RDF that lucid-hub does not publish (triple terms, blank-node graph names)."""
+
+
+class InputTooLargeError(InputError):
+    """An input exceeds a configured size limit."""
+
+
+class PatchFormatError(InputError):
+    """A patch document is not a well-formed lucid-hub patch in the claimed format."""
+
+
+class ConfigError(LucidError):
+    """A setting or a key file is missing or invalid."""
+
+
+class CanonicalizationLimitExceeded(LucidError):
+    """Canonicalising a blank-node structure needed more work than the configured limit allows."""
+
+
+class PatchVerificationError(LucidError):
+    """A patch failed verification; it must not be applied."""
+
+
+class PatchIntegrityError(PatchVerificationError):
+    """A patch's bytes do not hash to its id (tampered or corrupted in transit)."""
+
+
+class PatchSignatureError(PatchVerificationError):
+    """A patch is unsigned, or its signature is invalid or made with an unknown key."""
+
+
+class ChainError(LucidError):
+    """A patch does not continue the chain of the graph it is applied to."""
+
+
+class PatchApplyError(LucidError):
+    """A patch cannot be applied to a graph's content (a removed MSG is not there)."""

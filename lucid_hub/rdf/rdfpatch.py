@@ -1,0 +1,235 @@
+"""RDF Patch text (`application/rdf-patch`), the wire format of patches.
+
+Layout (docs/patch-format.md): `H id`, then `H signature` when signed, then the canonical
+bytes. `split_wire` separates those three from the raw bytes without parsing any RDF, so
+a receiver can check id and signature before it reads a single term.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+
+import pyoxigraph as ox
+
+from lucid_hub.errors import PatchFormatError, PatchIntegrityError
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.msg import Msg, graph_msgs
+from lucid_hub.rdf.patch import ID_PREFIX, XSD_DATETIME, Patch, check_patch_id, parse_created
+
+MEDIA_TYPE = "application/rdf-patch"
+_ID_LINE = re.compile(rb"H id <(urn:sha256:[0-9a-f]{64})> \.\n")
+_SIGNATURE_LINE = re.compile(rb'H signature "([A-Za-z0-9_\-]+\.\.[A-Za-z0-9_\-]+)" \.\n')
+_HEADER = re.compile(r"H ([A-Za-z][A-Za-z0-9_-]*) (.+) \.")
+_LINE_NO = re.compile(r"line (\d+)")
+KNOWN_HEADERS = ("id", "signature", "graph", "prev", "author", "message", "created")
+
+
+def write_rdf_patch(patch: Patch) -> bytes:
+    """The wire form: id line, signature line (when signed), canonical bytes."""
+    head = f"H id <{patch.id}> .\n"
+    if patch.signature is not None:
+        head += f'H signature "{patch.signature}" .\n'
+    return head.encode() + patch.canonical_bytes
+
+
+@dataclass(frozen=True)
+class WireParts:
+    """A patch's raw bytes split into the claimed id, the signature and the id preimage."""
+
+    claimed_id: str
+    signature: str | None
+    preimage: bytes
+
+    def check_integrity(self) -> None:
+        """PatchIntegrityError unless the preimage hashes to the claimed id."""
+        actual = ID_PREFIX + hashlib.sha256(self.preimage).hexdigest()
+        if not hmac.compare_digest(actual.encode(), self.claimed_id.encode()):
+            raise PatchIntegrityError(
+                f"patch bytes hash to {actual}, not to the claimed id {self.claimed_id}"
+            )
+
+
+def split_wire(raw: bytes) -> WireParts:
+    """Split raw RDF Patch bytes by lines only; nothing else is parsed."""
+    id_match = _ID_LINE.match(raw)
+    if id_match is None:
+        raise PatchFormatError("a patch must start with the line 'H id <urn:sha256:...> .'")
+    rest = raw[id_match.end() :]
+    signature = None
+    sig_match = _SIGNATURE_LINE.match(rest)
+    if sig_match is not None:
+        signature = sig_match.group(1).decode()
+        rest = rest[sig_match.end() :]
+    return WireParts(id_match.group(1).decode(), signature, rest)
+
+
+@dataclass
+class RdfPatchDocument:
+    """What an RDF Patch text says: its headers and its removed and added MSGs."""
+
+    headers: dict[str, ox.NamedNode | ox.Literal]
+    removed: list[Msg]
+    added: list[Msg]
+
+    def iri(self, name: str) -> str | None:
+        term = self.headers.get(name)
+        if term is None:
+            return None
+        if type(term) is not ox.NamedNode:
+            raise PatchFormatError(f"header {name} must be an IRI, not {term}")
+        return term.value
+
+    def text(self, name: str) -> str | None:
+        term = self.headers.get(name)
+        if term is None:
+            return None
+        if type(term) is not ox.Literal:
+            raise PatchFormatError(f"header {name} must be a literal, not {term}")
+        return term.value
+
+
+def parse_rdf_patch(raw: bytes, canonicalizer: Canonicalizer, graph: str | None = None) -> RdfPatchDocument:
+    """Read RDF Patch text (ours or another RDF Delta tool's) into headers and MSGs.
+
+    `D` and `A` rows may be quads in the patch's graph or triples (taken as in it).
+    Removals must precede additions: lucid-hub applies all removals first.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchFormatError(f"patch is not UTF-8 (byte {exc.start})") from None
+    headers: dict[str, ox.NamedNode | ox.Literal] = {}
+    rows: dict[str, list[str]] = {"D": [], "A": []}
+    row_lines: dict[str, list[int]] = {"D": [], "A": []}
+    state = "headers"  # -> "rows" after TX -> "done" after TC
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        op = line[:2]
+        if state == "done":
+            raise PatchFormatError(f"line {number}: nothing may follow 'TC .'")
+        if op == "H ":
+            if state != "headers":
+                raise PatchFormatError(f"line {number}: header after the first row")
+            name, term = _header(line, number)
+            if name in headers:
+                raise PatchFormatError(f"line {number}: header {name} given twice")
+            headers[name] = term
+        elif line.rstrip() in ("TX .", "TX"):
+            if state != "headers":
+                raise PatchFormatError(f"line {number}: a patch holds one transaction")
+            state = "rows"
+        elif line.rstrip() in ("TC .", "TC"):
+            state = "done"
+        elif op in ("D ", "A "):
+            if op == "D " and rows["A"]:
+                raise PatchFormatError(f"line {number}: D rows must come before A rows")
+            state = "rows"
+            rows[op[0]].append(line[2:])
+            row_lines[op[0]].append(number)
+        elif op in ("TA", "PA", "PD"):
+            what = "aborted transactions" if op == "TA" else "prefix rows"
+            raise PatchFormatError(f"line {number}: {what} ({op}) are not supported")
+        else:
+            raise PatchFormatError(f"line {number}: not an RDF Patch row: {line[:60]!r}")
+    if state == "rows":
+        raise PatchFormatError("the transaction is not closed with 'TC .'")
+    patch_graph = graph
+    if "graph" in headers:
+        named = headers["graph"]
+        if type(named) is not ox.NamedNode:
+            raise PatchFormatError("header graph must be an IRI")
+        if graph is not None and named.value != graph:
+            raise PatchFormatError(f"patch is for graph <{named.value}>, not <{graph}>")
+        patch_graph = named.value
+    removed_quads = _rows_to_quads(rows["D"], row_lines["D"], patch_graph)
+    added_quads = _rows_to_quads(rows["A"], row_lines["A"], patch_graph)
+    shared = _blank_labels(removed_quads) & _blank_labels(added_quads)
+    if shared:
+        raise PatchFormatError(
+            f"blank node _:{sorted(shared)[0]} is used in both D and A rows; "
+            "removed and added MSGs cannot share blank nodes"
+        )
+    return RdfPatchDocument(
+        headers,
+        graph_msgs(removed_quads, canonicalizer).msgs(),
+        graph_msgs(added_quads, canonicalizer).msgs(),
+    )
+
+
+def read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
+    """Read a complete lucid-hub patch; an `H id` that does not match raises."""
+    doc = parse_rdf_patch(raw, canonicalizer)
+    graph = doc.iri("graph")
+    author, message, created = doc.text("author"), doc.text("message"), doc.text("created")
+    missing = [n for n, v in (("graph", graph), ("author", author), ("message", message),
+                              ("created", created)) if v is None]
+    if missing:
+        raise PatchFormatError(f"patch lacks the header(s) {', '.join(missing)}")
+    unknown = sorted(set(doc.headers) - set(KNOWN_HEADERS))
+    if unknown:
+        raise PatchFormatError(f"unknown header(s) {', '.join(unknown)}")
+    created_term = doc.headers["created"]
+    assert isinstance(created_term, ox.Literal)
+    if created_term.datatype.value != XSD_DATETIME:
+        raise PatchFormatError("header created must be an xsd:dateTime literal")
+    prev = doc.iri("prev")
+    assert graph is not None and author is not None and message is not None and created is not None
+    patch = Patch(
+        graph=graph,
+        prev=check_patch_id(prev, "previous patch id") if prev is not None else None,
+        author=author,
+        message=message,
+        created=parse_created(created),
+        removed=tuple(sorted(doc.removed)),
+        added=tuple(sorted(doc.added)),
+        signature=doc.text("signature"),
+    )
+    claimed = doc.iri("id")
+    if claimed is not None and claimed != patch.id:
+        raise PatchIntegrityError(f"patch content hashes to {patch.id}, not to the claimed id {claimed}")
+    return patch
+
+
+def _header(line: str, number: int) -> tuple[str, ox.NamedNode | ox.Literal]:
+    match = _HEADER.fullmatch(line.rstrip())
+    if match is None:
+        raise PatchFormatError(f"line {number}: malformed header (expected 'H name term .')")
+    name, term_text = match.groups()
+    try:
+        (quad,) = ox.parse(f"<urn:x:s> <urn:x:p> {term_text} .", format=ox.RdfFormat.N_TRIPLES)
+    except (SyntaxError, ValueError):
+        raise PatchFormatError(f"line {number}: header {name} has a malformed value") from None
+    term = quad.object
+    if type(term) not in (ox.NamedNode, ox.Literal):
+        raise PatchFormatError(f"line {number}: header {name} must be an IRI or a literal")
+    return name, term
+
+
+def _rows_to_quads(rows: list[str], numbers: list[int], graph: str | None) -> list[ox.Quad]:
+    if not rows:
+        return []
+    document = "\n".join(rows) + "\n"
+    try:
+        quads = list(ox.parse(document, format=ox.RdfFormat.N_QUADS))
+    except SyntaxError as exc:
+        message = " ".join(str(exc.msg or exc).split())
+        row = (exc.lineno or 1) - 1
+        line = numbers[min(row, len(numbers) - 1)]
+        raise PatchFormatError(f"line {line}: {_LINE_NO.sub('', message).strip(' :')}") from None
+    if graph is None:
+        raise PatchFormatError("patch names no graph (header 'H graph <IRI> .')")
+    for q in quads:
+        if type(q.subject) is ox.Triple or type(q.object) is ox.Triple:
+            raise PatchFormatError("triple terms (RDF-star / RDF 1.2) are not supported")
+        g = q.graph_name
+        if type(g) is not ox.DefaultGraph and not (type(g) is ox.NamedNode and g.value == graph):
+            raise PatchFormatError(f"row for graph {g} in a patch of graph <{graph}>: {q}")
+    return quads
+
+
+def _blank_labels(quads: list[ox.Quad]) -> set[str]:
+    return {t.value for q in quads for t in (q.subject, q.object) if type(t) is ox.BlankNode}
