@@ -30,6 +30,8 @@ ALGORITHMS: dict[str, ox.CanonicalizationAlgorithm] = {
 # Measured with pyoxigraph 0.5 on the reference machine: the worst case for n blank nodes
 # (an n-clique) takes 31 ms at n=6, 0.3 s at n=7, 4 s at n=8 and 62 s at n=9.
 SAFE_BLANK_NODES = 6
+# Seconds a new guard process may take to start, apart from the work limit.
+STARTUP_TIMEOUT = 60.0
 
 
 def canonicalize_document(nquads: str, algorithm: str = "sha256") -> str:
@@ -152,6 +154,7 @@ class _GuardProcess:
             stdout=subprocess.PIPE,
             env={**os.environ, "LUCID_GUARD_MEMORY_MB": str(memory_mb)},
         )
+        self.ready = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -166,6 +169,10 @@ class _GuardProcess:
 
     def canonicalize(self, nquads: bytes, algorithm: str, timeout: float) -> str:
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        if not self.ready:
+            # Start-up (interpreter, imports) is not the job's work: wait for it separately.
+            _read_frame(self.proc.stdout, time.monotonic() + STARTUP_TIMEOUT, STARTUP_TIMEOUT)
+            self.ready = True
         deadline = time.monotonic() + timeout
         try:
             _write_frame(self.proc.stdin, algorithm.encode() + b"\n" + nquads)
@@ -212,6 +219,7 @@ def _guard_main() -> None:
     limit = int(os.environ.get("LUCID_GUARD_MEMORY_MB", "2048")) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    _write_frame(stdout, b"ready\n")
     while True:
         header = stdin.read(8)
         if len(header) < 8:

@@ -43,7 +43,9 @@ class Msg:
     @property
     def statements(self) -> list[str]:
         """The canonical lines without the terminating ` .` and newline."""
-        return [line[:-3] for line in self.nquads.splitlines(keepends=True)]
+        # Split on "\n" only: str.splitlines() also breaks at U+2028, U+0085 and other
+        # characters that canonical N-Triples leaves unescaped inside literals.
+        return [line[:-2] for line in self.nquads.split("\n")[:-1]]
 
 
 @dataclass

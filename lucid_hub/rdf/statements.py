@@ -7,21 +7,23 @@ A statement is the canonical N-Quads form of one quad without the terminating ` 
 
 from __future__ import annotations
 
-import re
-
-# Terms in canonical N-Quads: IRI, blank node, or literal with escapes and an optional
-# language tag or datatype. Canonical form has single spaces between terms.
-_TERM = r'<[^>]*>|_:[^ ]+|"(?:[^"\\]|\\.)*"(?:@[A-Za-z0-9-]+|\^\^<[^>]*>)?'
-_STATEMENT = re.compile(rf"({_TERM}) ({_TERM}) ({_TERM})(?: ({_TERM}))?")
-
 
 def terms(statement: str) -> list[str]:
-    """The 3 or 4 terms of a canonical statement (subject, predicate, object[, graph])."""
-    match = _STATEMENT.fullmatch(statement)
-    if match is None:
-        raise ValueError(f"not a canonical N-Quads statement: {statement[:80]!r}")
-    found = match.groups()
-    return list(found if found[3] is not None else found[:3])
+    """The 3 or 4 terms of a canonical statement (subject, predicate, object[, graph]).
+
+    Linear string splits, no regular expression (a backtracking one needs memory in
+    proportion to a literal's length). Exact for canonical statements: subject and
+    predicate hold no spaces; an object that is not a literal holds none either; and the
+    graph term (IRI or blank node) never holds a `"`, while any text after the last space
+    inside a literal does (the closing quote).
+    """
+    subject, predicate, rest = statement.split(" ", 2)
+    if not rest.startswith('"'):
+        return [subject, predicate, *rest.split(" ")]
+    head, space, last = rest.rpartition(" ")
+    if space and '"' not in last and last.startswith(("<", "_:")):
+        return [subject, predicate, head, last]
+    return [subject, predicate, rest]
 
 
 def blank_labels(statement: str) -> list[str]:

@@ -1,0 +1,72 @@
+"""Applying patches: removal by canonical MSG, fresh blank nodes, chain checks, nothing half-done."""
+
+from __future__ import annotations
+
+import pytest
+
+from lucid_hub.diff.local import diff_graph
+from lucid_hub.errors import ChainError, PatchApplyError
+from lucid_hub.rdf.apply import GraphReplica
+from lucid_hub.rdf.canon import Canonicalizer
+from tests.conftest import parse_nt, whole_canonical
+
+G = "http://ex/g"
+V1 = '<http://ex/o> <http://ex/line> _:a .\n_:a <http://ex/qty> "1" .\n<http://ex/o> <http://ex/status> "open" .\n'
+V2 = '<http://ex/o> <http://ex/line> _:b .\n_:b <http://ex/qty> "2" .\n<http://ex/o> <http://ex/status> "open" .\n'
+
+
+def test_removed_msg_with_blank_nodes_matches_isomorphic_copy(canonicalizer: Canonicalizer) -> None:
+    patch = diff_graph(parse_nt(V1), parse_nt(V2), G, canonicalizer).to_patch(None)
+    # The replica holds V1 with other blank-node labels than the publisher's file.
+    replica = GraphReplica(parse_nt(V1.replace("_:a", "_:local42")), canonicalizer)
+    replica.apply(patch)
+    assert replica.version == patch.id
+    assert whole_canonical(list(replica.statements())) == whole_canonical([str(q) for q in parse_nt(V2)])
+
+
+def test_chain_mismatch_changes_nothing(canonicalizer: Canonicalizer) -> None:
+    patch = diff_graph(parse_nt(V1), parse_nt(V2), G, canonicalizer).to_patch(None)
+    replica = GraphReplica(parse_nt(V1), canonicalizer, version="urn:sha256:" + "0" * 64)
+    before = sorted(replica.statements())
+    with pytest.raises(ChainError, match="follows none"):
+        replica.apply(patch)
+    assert sorted(replica.statements()) == before and replica.version == "urn:sha256:" + "0" * 64
+
+
+def test_replayed_patch_is_a_chain_error(canonicalizer: Canonicalizer) -> None:
+    patch = diff_graph(parse_nt(V1), parse_nt(V2), G, canonicalizer).to_patch(None)
+    replica = GraphReplica(parse_nt(V1), canonicalizer)
+    replica.apply(patch)
+    with pytest.raises(ChainError):
+        replica.apply(patch)
+
+
+def test_missing_removed_msg_is_an_apply_error_and_changes_nothing(canonicalizer: Canonicalizer) -> None:
+    patch = diff_graph(parse_nt(V1), parse_nt(V2), G, canonicalizer).to_patch(None)
+    diverged = GraphReplica(parse_nt(V1.replace('"1"', '"9"')), canonicalizer)
+    before = sorted(diverged.statements())
+    with pytest.raises(PatchApplyError, match="diverged"):
+        diverged.apply(patch)
+    assert sorted(diverged.statements()) == before and diverged.version is None
+
+
+def test_counts_are_respected_for_non_lean_graphs(canonicalizer: Canonicalizer) -> None:
+    two = '<http://ex/a> <http://ex/p> _:x .\n<http://ex/a> <http://ex/p> _:y .\n'
+    three = two + '<http://ex/a> <http://ex/p> _:z .\n'
+    patch = diff_graph(parse_nt(three), parse_nt(""), G, canonicalizer).to_patch(None)
+    assert len(patch.removed) == 3
+    with pytest.raises(PatchApplyError, match="3x, but the graph holds it 2x"):
+        GraphReplica(parse_nt(two), canonicalizer).apply(patch)
+    replica = GraphReplica(parse_nt(three), canonicalizer)
+    replica.apply(patch)
+    assert len(replica) == 0
+
+
+def test_added_msgs_get_fresh_blank_nodes(canonicalizer: Canonicalizer) -> None:
+    patch = diff_graph(parse_nt(""), parse_nt('<http://ex/a> <http://ex/p> _:x .\n<http://ex/a> <http://ex/p> _:y .'),
+                       G, canonicalizer).to_patch(None)
+    replica = GraphReplica(parse_nt('_:c14n0 <http://ex/q> "keep" .'), canonicalizer)
+    replica.apply(patch)
+    objects = [s.split(" ")[2] for s in replica.statements() if "<http://ex/p>" in s]
+    assert len(set(objects)) == 2 and "_:c14n0" not in objects
+    assert len(list(replica.triples())) == 3
