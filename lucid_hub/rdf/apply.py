@@ -69,13 +69,8 @@ class GraphReplica:
         statements = msg.statements
         if "_:" not in msg.nquads:
             return statements
-        n = next(self._counter)
-        mapping: dict[str, str] = {}
-        for s in statements:
-            for t in s.split(" "):
-                if t.startswith("_:c14n"):
-                    mapping.setdefault(t, f"{self._fresh_prefix}{n}b{t[len('_:c14n'):]}")
-        return [relabel(s, mapping) for s in statements]
+        fresh = f"{self._fresh_prefix}{next(self._counter)}b"
+        return [relabel(s, lambda label: fresh + label[len("_:c14n"):]) for s in statements]
 
     def statements(self) -> Iterator[str]:
         """The graph's triples as canonical statements (local blank-node labels)."""

@@ -20,7 +20,7 @@ from typing import IO
 import pyoxigraph as ox
 
 from lucid_hub.errors import CanonicalizationLimitExceeded, InputError
-from lucid_hub.rdf.statements import blank_labels, document, terms
+from lucid_hub.rdf.statements import blank_labels, document, relabel, terms
 
 ALGORITHMS: dict[str, ox.CanonicalizationAlgorithm] = {
     "sha256": ox.CanonicalizationAlgorithm.RDFC_1_0,
@@ -98,8 +98,7 @@ class Canonicalizer:
             return document(statements)  # pyoxigraph's statement text is already canonical
         if len(labels) == 1:
             # One blank node: RDFC-1.0 can only issue it _:c14n0, so relabelling is exact.
-            (label,) = labels
-            return document([_swap(s, label) for s in statements])
+            return document([relabel(s, lambda _: "_:c14n0") for s in statements])
         nquads = "".join(f"{s} .\n" for s in statements)
         if len(labels) <= SAFE_BLANK_NODES or not needs_guard(statements):
             return canonicalize_document(nquads, algorithm)
@@ -130,10 +129,6 @@ class Canonicalizer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _swap(statement: str, label: str) -> str:
-    return " ".join("_:c14n0" if t == label else t for t in terms(statement))
 
 
 class _GuardFailed(Exception):

@@ -17,6 +17,7 @@ import pyoxigraph as ox
 
 from lucid_hub.errors import PatchFormatError
 from lucid_hub.rdf.msg import Msg
+from lucid_hub.rdf.statements import relabel
 
 ID_PREFIX = "urn:sha256:"
 PATCH_ID = re.compile(r"urn:sha256:[0-9a-f]{64}")
@@ -58,16 +59,9 @@ def blank_label(msg_index: int, canonical_label: str) -> str:
     return f"_:m{msg_index}b{canonical_label[len('_:c14n'):]}"
 
 
-def relabel_line(line: str, msg_index: int) -> str:
-    """A canonical MSG line with its `_:c14nN` blank nodes renamed for the patch's k-th MSG."""
-    # A canonical line is `S P O`: subject and predicate hold no spaces, so two splits
-    # find the terms, and only S and O can be blank nodes.
-    subject, predicate, obj = line.split(" ", 2)
-    if subject.startswith("_:"):
-        subject = blank_label(msg_index, subject)
-    if obj.startswith("_:"):
-        obj = blank_label(msg_index, obj)
-    return f"{subject} {predicate} {obj}"
+def patch_statement(statement: str, msg_index: int) -> str:
+    """A canonical MSG statement with its `_:c14nN` renamed for the patch's k-th MSG."""
+    return relabel(statement, lambda label: blank_label(msg_index, label))
 
 
 @dataclass(frozen=True)
@@ -137,7 +131,7 @@ class Patch:
         lines.append("TX .\n")
         for index, (op, msg) in enumerate(self.rows()):
             for line in msg.statements:
-                lines.append(f"{op} {relabel_line(line, index)} {graph} .\n")
+                lines.append(f"{op} {patch_statement(line, index)} {graph} .\n")
         lines.append("TC .\n")
         return lines
 

@@ -75,19 +75,19 @@ class RdfPatchDocument:
     added: list[Msg]
 
     def iri(self, name: str) -> str | None:
-        term = self.headers.get(name)
-        if term is None:
-            return None
-        if type(term) is not ox.NamedNode:
-            raise PatchFormatError(f"header {name} must be an IRI, not {term}")
-        return term.value
+        """The value of header `name`, which must be an IRI; None when absent."""
+        return self._value(name, ox.NamedNode, "an IRI")
 
     def text(self, name: str) -> str | None:
+        """The value of header `name`, which must be a literal; None when absent."""
+        return self._value(name, ox.Literal, "a literal")
+
+    def _value(self, name: str, kind: type, what: str) -> str | None:
         term = self.headers.get(name)
         if term is None:
             return None
-        if type(term) is not ox.Literal:
-            raise PatchFormatError(f"header {name} must be a literal, not {term}")
+        if type(term) is not kind:
+            raise PatchFormatError(f"header {name} must be {what}, not {term}")
         return term.value
 
 

@@ -21,7 +21,7 @@ from lucid_hub.rdf.patch import (
     check_patch_id,
     format_created,
     parse_created,
-    relabel_line,
+    patch_statement,
 )
 from lucid_hub.rdf.syntax import read_quads
 
@@ -67,7 +67,7 @@ def patch_quads(patch: Patch) -> Iterator[ox.Quad]:
     for index, (op, msg) in enumerate(patch.rows()):
         target = delete if op == "D" else insert
         for line in msg.statements:
-            (triple,) = ox.parse(relabel_line(line, index) + " .", format=ox.RdfFormat.N_TRIPLES)
+            (triple,) = ox.parse(patch_statement(line, index) + " .", format=ox.RdfFormat.N_TRIPLES)
             yield ox.Quad(triple.subject, triple.predicate, triple.object, target)
 
 

@@ -7,6 +7,8 @@ A statement is the canonical N-Quads form of one quad without the terminating ` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def terms(statement: str) -> list[str]:
     """The 3 or 4 terms of a canonical statement (subject, predicate, object[, graph]).
@@ -31,9 +33,9 @@ def blank_labels(statement: str) -> list[str]:
     return [t for t in terms(statement) if t.startswith("_:")]
 
 
-def relabel(statement: str, mapping: dict[str, str]) -> str:
-    """The statement with blank-node labels replaced as `mapping` says."""
-    return " ".join(mapping.get(t, t) if t.startswith("_:") else t for t in terms(statement))
+def relabel(statement: str, rename: Callable[[str], str]) -> str:
+    """The statement with each blank-node label `_:x` replaced by `rename("_:x")`."""
+    return " ".join(rename(t) if t.startswith("_:") else t for t in terms(statement))
 
 
 def document(statements: list[str]) -> str:
