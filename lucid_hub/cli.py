@@ -3,7 +3,9 @@ prints; errors are one line on stderr with a non-zero exit, never a traceback.""
 
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -225,6 +227,72 @@ def demo(state: _Context, workdir: Path | None) -> None:
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     run(workdir, click.echo, state.canonicalizer)
+
+
+@cli.command()
+@click.option("--host", help="Listening address (default: LUCID_HOST, 127.0.0.1).")
+@click.option("--port", type=int, help="Listening port (default: LUCID_PORT, 8080).")
+@pass_ctx
+def serve(state: _Context, host: str | None, port: int | None) -> None:
+    """Run the hub: graph store, archive, patch log relay, all in one process."""
+    from lucid_hub.server import serve as run_server
+
+    settings = replace(state.settings, host=host or state.settings.host, port=port or state.settings.port)
+    run_server(settings, click.echo)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--graph", required=True, help="IRI of the graph FILE's content replaces.")
+@click.option("--message", default="", help="Patch message.")
+@click.option("--author", default="", help="Patch author (default: your user name).")
+@click.option("--hub", "hub_url", help="URL of a running hub (default: publish into LUCID_DATA_DIR directly).")
+@click.option("--input-format", help="RDF syntax of FILE (default: from its extension).")
+@pass_ctx
+def publish(state: _Context, file: Path, graph: str, message: str, author: str, hub_url: str | None,
+            input_format: str | None) -> None:
+    """Publish FILE as the new version of a graph (replace semantics)."""
+    from lucid_hub.publish.files import publish_file
+
+    who = author or os.environ.get("USER", "") or "cli"
+    publish_file(state.settings, file, graph, author=who, message=message, hub_url=hub_url,
+                 fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo)
+
+
+@cli.command("log")
+@click.option("--graph", required=True, help="IRI of an owned graph.")
+@pass_ctx
+def log_command(state: _Context, graph: str) -> None:
+    """Print a graph's history: id, prev, author, time and counts, oldest first."""
+    from lucid_hub.db.session import Database
+    from lucid_hub.publish.history import graph_history
+
+    db = Database(state.settings.db_url)
+    try:
+        for record in graph_history(db, graph):
+            click.echo(f"{record.id}  prev={record.prev or '-'}  {record.created:%Y-%m-%dT%H:%M:%SZ}  "
+                       f"-{record.removed} +{record.added}  {record.author}  {record.message}")
+    finally:
+        db.dispose()
+
+
+@cli.group()
+def db() -> None:
+    """The hub's relational database."""
+
+
+@db.command("upgrade")
+@pass_ctx
+def db_upgrade(state: _Context) -> None:
+    """Create or migrate the schema to the newest version (Alembic)."""
+    from lucid_hub.db.session import Database
+
+    database = Database(state.settings.db_url)
+    try:
+        database.upgrade()
+    finally:
+        database.dispose()
+    click.echo("database schema is up to date")
 
 
 @cli.group()

@@ -31,6 +31,35 @@ class Settings:
     canon_memory_mb: int = 2048
     # Largest patch document (bytes) that is read for apply or verify.
     max_patch_bytes: int = 256 * 1024 * 1024
+    # SQLAlchemy URL of the relational state; default: SQLite in the data directory.
+    database_url: str = ""
+    # Kafka bootstrap servers; empty: the embedded SQL patch log.
+    kafka_bootstrap: str = ""
+    kafka_topic: str = "lucid-hub.patches"
+    kafka_partitions: int = 3
+    # librdkafka's default (45 s) makes joining a consumer group take ~23 s.
+    kafka_session_timeout_ms: int = 6000
+    # The base URL partners reach this hub at (links, WebSub topics, discovery headers).
+    public_url: str = "http://127.0.0.1:8080"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Largest request body (bytes) the HTTP API accepts.
+    max_body_bytes: int = 64 * 1024 * 1024
+    # Patches per page of the archive container.
+    page_size: int = 100
+
+    @property
+    def db_url(self) -> str:
+        """The database URL in force (SQLite in the data directory unless configured)."""
+        return self.database_url or f"sqlite:///{self.data_dir / 'lucid-hub.db'}"
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / "store"
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.data_dir / "keys"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -53,6 +82,12 @@ class Settings:
             raise ConfigError("LUCID_CANON_MEMORY_MB must be at least 64")
         if self.max_patch_bytes <= 0:
             raise ConfigError("LUCID_MAX_PATCH_BYTES must be positive")
+        if self.max_body_bytes <= 0:
+            raise ConfigError("LUCID_MAX_BODY_BYTES must be positive")
+        if not self.public_url.startswith(("http://", "https://")):
+            raise ConfigError("LUCID_PUBLIC_URL must be an http(s) URL")
+        if not 0 < self.port < 65536:
+            raise ConfigError("LUCID_PORT must be a TCP port")
 
 
 def _convert(name: str, raw: str, type_name: object) -> Any:

@@ -57,3 +57,31 @@ class ChainError(LucidError):
 
 class PatchApplyError(LucidError):
     """A patch cannot be applied to a graph's content (a removed MSG is not there)."""
+
+
+class NotFoundError(LucidError):
+    """A graph, patch or version that does not exist."""
+
+
+class ConflictError(LucidError):
+    """A change lost a race or names a version that is not the current one (HTTP 409)."""
+
+    def __init__(self, message: str, head: str | None = None) -> None:
+        super().__init__(message)
+        self.head = head
+
+
+class UnsupportedMediaTypeError(InputError):
+    """A request body in a media type the endpoint does not accept (HTTP 415)."""
+
+
+class StoreError(LucidError):
+    """The RDF store failed or is behind the archive (it is repaired from the archive)."""
+
+
+class PreconditionFailedError(ConflictError):
+    """An `If-Match` version that is not the graph's current version (HTTP 412)."""
+
+
+class LogUnavailableError(LucidError):
+    """The patch log (Kafka) did not acknowledge in time; the outbox keeps the patches."""

@@ -1,0 +1,84 @@
+"""The tables of a hub. The patch archive is the record of truth; everything else
+(store, patch log) can be rebuilt from it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, LargeBinary, String, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+IRI = String(2048)
+PATCH_ID = String(80)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Graph(Base):
+    """An owned graph and its head: the id of its newest patch (its version)."""
+
+    __tablename__ = "graphs"
+
+    iri: Mapped[str] = mapped_column(IRI, primary_key=True)
+    head: Mapped[str | None] = mapped_column(PATCH_ID)
+    length: Mapped[int] = mapped_column(Integer, default=0)  # patches in the chain
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PatchRecord(Base):
+    """One archived patch: its wire bytes (RDF Patch, signed) and what lists show of it."""
+
+    __tablename__ = "patches"
+    __table_args__ = (
+        # One successor per patch: two publishers racing on one head cannot both append.
+        UniqueConstraint("graph", "prev_key", name="uq_patches_graph_prev"),
+        UniqueConstraint("graph", "seq", name="uq_patches_graph_seq"),
+    )
+
+    id: Mapped[str] = mapped_column(PATCH_ID, primary_key=True)
+    graph: Mapped[str] = mapped_column(IRI, ForeignKey("graphs.iri"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)  # 1 for a graph's first patch
+    prev: Mapped[str | None] = mapped_column(PATCH_ID)
+    # `prev` or "" for the first patch: NULLs are distinct in unique constraints.
+    prev_key: Mapped[str] = mapped_column(PATCH_ID)
+    author: Mapped[str] = mapped_column(String(512))
+    message: Mapped[str] = mapped_column(String(4096))
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    removed: Mapped[int] = mapped_column(Integer)
+    added: Mapped[int] = mapped_column(Integer)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Outbox(Base):
+    """Archived patches not yet appended to the patch log (transactional outbox)."""
+
+    __tablename__ = "outbox"
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                     autoincrement=True)
+    patch_id: Mapped[str] = mapped_column(PATCH_ID, ForeignKey("patches.id"), unique=True)
+    graph: Mapped[str] = mapped_column(IRI)
+
+
+class LogEntry(Base):
+    """The embedded patch log: one row per patch, in append order."""
+
+    __tablename__ = "log_entries"
+
+    offset: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                        autoincrement=True)
+    graph: Mapped[str] = mapped_column(IRI, index=True)
+    patch_id: Mapped[str] = mapped_column(PATCH_ID, unique=True)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class LogOffset(Base):
+    """Committed position of a consumer group in the embedded patch log."""
+
+    __tablename__ = "log_offsets"
+
+    group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,0 +1,82 @@
+"""Engine and sessions for one database URL; Alembic upgrades."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from lucid_hub.errors import ConfigError
+
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+
+class Database:
+    """One database: an engine, a session factory, and the schema upgrade."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            path = url.split("///", 1)[-1]
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kwargs["pool_pre_ping"] = True
+        try:
+            self.engine: Engine = create_engine(url, **kwargs)
+        except (SQLAlchemyError, ValueError, ImportError) as exc:
+            raise ConfigError(f"invalid database URL: {exc}") from None
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in a transaction: committed on success, rolled back on error."""
+        with self._sessions.begin() as session:
+            yield session
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Bring the schema to `revision` with the Alembic migrations."""
+        from alembic import command
+
+        command.upgrade(self._alembic_config(), revision)
+
+    def downgrade(self, revision: str) -> None:
+        from alembic import command
+
+        command.downgrade(self._alembic_config(), revision)
+
+    def is_current(self) -> bool:
+        """Whether the schema exists (the `patches` table is there)."""
+        return inspect(self.engine).has_table("patches")
+
+    def _alembic_config(self) -> Any:
+        from alembic.config import Config
+
+        if not (MIGRATIONS / "env.py").is_file():
+            raise ConfigError(f"Alembic migrations not found at {MIGRATIONS}")
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["url"] = self.url
+        config.attributes["engine"] = self.engine
+        return config
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers and one writer work at once; foreign keys are off by default in SQLite.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

@@ -1,0 +1,116 @@
+"""The patch log on Apache Kafka (confluent-kafka): key = graph IRI, so each graph's
+patches stay in one partition, in order; idempotent producer with acks=all; consumers
+commit offsets by hand, after they have handled what they read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from lucid_hub.errors import LogUnavailableError
+from lucid_hub.log import LogRecord
+
+PATCH_ID_HEADER = "lucid-patch-id"
+
+
+class KafkaPatchLog:
+    def __init__(self, bootstrap: str, topic: str, *, partitions: int = 3, session_timeout_ms: int = 6000,
+                 timeout: float = 30.0, extra: dict[str, Any] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.session_timeout_ms = session_timeout_ms
+        self.timeout = timeout
+        self.extra = extra or {}
+        self._ensure_topic(partitions)
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,  # implies acks=all and ordered retries
+            "acks": "all",
+            "linger.ms": 1,
+            **self.extra,
+        })
+
+    def _ensure_topic(self, partitions: int) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.extra})
+        futures = admin.create_topics([NewTopic(self.topic, num_partitions=partitions, replication_factor=-1)])
+        try:
+            futures[self.topic].result(timeout=self.timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise LogUnavailableError(f"cannot create Kafka topic {self.topic}: {exc.args[0].str()}") from None
+
+    def append(self, records: list[LogRecord]) -> None:
+        failures: list[str] = []
+
+        def delivered(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                failures.append(err.str())
+
+        for r in records:
+            self._producer.produce(self.topic, key=r.graph.encode(), value=r.body,
+                                   headers={PATCH_ID_HEADER: r.patch_id.encode()}, on_delivery=delivered)
+        remaining = self._producer.flush(self.timeout)
+        if remaining or failures:
+            reason = failures[0] if failures else f"{remaining} records unacknowledged after {self.timeout:g} s"
+            raise LogUnavailableError(f"Kafka did not take the patches: {reason}")
+
+    def consumer(self, group: str) -> KafkaLogConsumer:
+        return KafkaLogConsumer(self, group)
+
+    def close(self) -> None:
+        self._producer.flush(self.timeout)
+
+
+class KafkaLogConsumer:
+    def __init__(self, log: KafkaPatchLog, group: str) -> None:
+        self.topic = log.topic
+        self._consumer = Consumer({
+            "bootstrap.servers": log.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": log.session_timeout_ms,
+            "heartbeat.interval.ms": max(100, log.session_timeout_ms // 12),
+            **log.extra,
+        })
+        self._consumer.subscribe([log.topic])
+
+    def poll(self, max_records: int = 100, timeout: float = 1.0) -> list[LogRecord]:
+        out = []
+        for msg in self._consumer.consume(num_messages=max_records, timeout=timeout):
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise LogUnavailableError(f"Kafka consumer error: {error.str()}")
+            headers = dict(msg.headers() or [])
+            key = msg.key()
+            out.append(LogRecord(
+                graph=key.decode() if isinstance(key, bytes) else str(key or ""),
+                patch_id=_bytes(headers.get(PATCH_ID_HEADER)).decode(),
+                body=_bytes(msg.value()),
+                position=f"{msg.partition()}:{msg.offset()}",
+            ))
+        return out
+
+    def commit(self, records: list[LogRecord]) -> None:
+        if not records:
+            return
+        last: dict[int, int] = {}
+        for r in records:
+            partition, offset = (int(x) for x in r.position.split(":"))
+            last[partition] = max(last.get(partition, -1), offset)
+        self._consumer.commit(offsets=[TopicPartition(self.topic, p, o + 1) for p, o in last.items()],
+                              asynchronous=False)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _bytes(value: str | bytes | None) -> bytes:
+    if value is None:
+        return b""
+    return value if isinstance(value, bytes) else value.encode()

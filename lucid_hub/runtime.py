@@ -1,0 +1,69 @@
+"""The parts of one running hub, opened from settings in dependency order and closed again."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from lucid_hub.config import Settings
+from lucid_hub.db.session import Database
+from lucid_hub.errors import ConfigError, StoreError
+from lucid_hub.log import PatchLog
+from lucid_hub.publish import Publisher
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.signing import KeyRing, TrustedKeys
+from lucid_hub.store import GraphStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    db: Database
+    store: GraphStore
+    log: PatchLog
+    keys: KeyRing
+    canonicalizer: Canonicalizer
+    publisher: Publisher
+
+    @classmethod
+    def open(cls, settings: Settings, *, repair: bool = True) -> Runtime:
+        """Open everything; upgrade the schema; generate keys at first start; repair."""
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        db = Database(settings.db_url)
+        db.upgrade()
+        try:
+            store = GraphStore(settings.store_dir)
+        except StoreError as exc:
+            db.dispose()
+            raise StoreError(f"{exc} (is another lucid-hub process using {settings.data_dir}?)") from None
+        patch_log = open_log(settings, db)
+        keys = KeyRing(settings.keys_dir)
+        key = keys.ensure()
+        canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)
+        publisher = Publisher(db, store, patch_log, key, canonicalizer, TrustedKeys(keys.jwks()))
+        runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher)
+        if repair:
+            publisher.repair()
+        return runtime
+
+    def close(self) -> None:
+        self.log.close()
+        self.canonicalizer.close()
+        self.store.flush()
+        self.db.dispose()
+
+
+def open_log(settings: Settings, db: Database) -> PatchLog:
+    """The patch log the settings choose: Kafka when a bootstrap is set, else the SQL log."""
+    if settings.kafka_bootstrap:
+        try:
+            from lucid_hub.log.kafka import KafkaPatchLog
+        except ImportError:
+            raise ConfigError("LUCID_KAFKA_BOOTSTRAP is set but confluent-kafka is not installed") from None
+        return KafkaPatchLog(settings.kafka_bootstrap, settings.kafka_topic, partitions=settings.kafka_partitions,
+                             session_timeout_ms=settings.kafka_session_timeout_ms)
+    from lucid_hub.log.sql import SqlPatchLog
+
+    return SqlPatchLog(db)

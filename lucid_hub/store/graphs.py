@@ -1,0 +1,219 @@
+"""GraphStore: versioned graphs in pyoxigraph, patches applied atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyoxigraph as ox
+
+from lucid_hub.errors import ChainError, InputError, PatchApplyError, StoreError
+from lucid_hub.rdf.msg import GraphMsgs, Msg
+from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.statements import document, relabel
+
+RESERVED_PREFIX = "urn:lucid-hub:"
+SKOLEM_PREFIX = "urn:lucid-hub:bnode:"
+# Oxigraph normalises the XSD literals it understands ("01"^^xsd:integer is stored as "1",
+# "1.50"^^xsd:decimal as "1.5"), which would change MSG hashes. Inside the store they carry
+# this datatype namespace instead, which Oxigraph keeps verbatim; reads map it back. The
+# look-behind skips `\"` inside a literal: only a literal's closing quote precedes `^^`.
+_XSD_DATATYPE = re.compile(r'(?<!\\)"\^\^<http://www\.w3\.org/2001/XMLSchema#')
+_XSD_STORED = '"^^<urn:lucid-hub:xsd:'
+_XSD_PUBLIC = '"^^<http://www.w3.org/2001/XMLSchema#'
+_SYSTEM = ox.NamedNode("urn:lucid-hub:system")
+_VERSION = ox.NamedNode("urn:lucid-hub:version")
+_MSG = ox.NamedNode("urn:lucid-hub:msg")
+_SKOLEM = re.compile(r"<urn:lucid-hub:bnode:([0-9a-f]+)\.(\d+)>")
+# Add-only patches larger than this go through bulk loading instead of one SPARQL update
+# (a SPARQL update parses at ~20k triples/s; bulk loading is ~4x faster). Bulk loading is
+# not atomic, but additions are idempotent (skolem IRIs derive from the patch id), and the
+# version marker is written last, so a crash is repaired by applying the patch again.
+BULK_ADDITIONS = 50_000
+
+
+def instance_id(patch_id: str, row: int) -> str:
+    """The id of the MSG instance that the `row`-th MSG of a patch creates: the same in
+    every store that applies the same patches."""
+    return hashlib.sha256(f"{patch_id}#{row}".encode()).hexdigest()[:24]
+
+
+def _index_graph(graph: str) -> ox.NamedNode:
+    return ox.NamedNode(f"urn:lucid-hub:msgs:{hashlib.sha256(graph.encode()).hexdigest()[:32]}")
+
+
+def _skolemise(statement: str, instance: str) -> str:
+    return relabel(statement, lambda label: f"<{SKOLEM_PREFIX}{instance}.{label[len('_:c14n'):]}>")
+
+
+def to_stored(statement: str) -> str:
+    """A statement as the store keeps it (XSD datatypes moved to the reserved namespace)."""
+    return _XSD_DATATYPE.sub(_XSD_STORED, statement)
+
+
+def from_stored(text: str) -> str:
+    """Stored N-Triples text back in public form (the reserved namespace is never in input)."""
+    return text.replace(_XSD_STORED, _XSD_PUBLIC)
+
+
+def check_no_skolem(statements: Iterable[str], source: str) -> None:
+    """Refuse input that uses the reserved `urn:lucid-hub:` namespace (the store's own terms)."""
+    for s in statements:
+        if RESERVED_PREFIX in s:
+            raise InputError(f"{source}: the IRI namespace {RESERVED_PREFIX} is reserved by lucid-hub")
+
+
+class GraphStore:
+    """Graphs in a pyoxigraph store, each at a version (the id of the last applied patch)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        try:
+            if path is None:
+                self._store = ox.Store()
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+                self._store = ox.Store(str(path))
+        except OSError as exc:
+            raise StoreError(f"cannot open the RDF store at {path}: {exc}") from None
+        self._lock = threading.Lock()  # one writer at a time; readers do not wait
+
+    def version(self, graph: str) -> str | None:
+        """The id of the last patch applied to `graph` (None: nothing applied yet)."""
+        for q in self._store.quads_for_pattern(ox.NamedNode(graph), _VERSION, None, _SYSTEM):
+            return _iri(q.object)
+        return None
+
+    def graphs(self) -> list[str]:
+        """IRIs of the graphs that have a version."""
+        return sorted(_iri(q.subject) for q in self._store.quads_for_pattern(None, _VERSION, None, _SYSTEM))
+
+    def statements(self, graph: str) -> list[str]:
+        """The graph's triples as canonical statements, blank nodes as `_:bINSTANCExN`."""
+        text = self._dump(graph)
+        return [line[:-2] for line in _SKOLEM.sub(r"_:b\1x\2", text).split("\n")[:-1]]
+
+    def graph_msgs(self, graph: str) -> GraphMsgs:
+        """The graph's MSG multiset, read without canonicalising: each stored instance is
+        its MSG's canonical form with `_:c14nN` renamed `<…INSTANCE.N>`."""
+        ground: set[str] = set()
+        instances: dict[str, list[str]] = {}
+        for line in self._dump(graph).split("\n")[:-1]:
+            statement = line[:-2]
+            match = _SKOLEM.search(statement)
+            if match is None:
+                ground.add(statement)
+            else:
+                instances.setdefault(match.group(1), []).append(
+                    _SKOLEM.sub(lambda m: f"_:c14n{m.group(2)}", statement))
+        return GraphMsgs(ground, Counter(document(s) for s in instances.values()))
+
+    def _dump(self, graph: str) -> str:
+        data = self._store.dump(format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(graph))
+        assert data is not None
+        return from_stored(data.decode())
+
+    def apply(self, patch: Patch) -> None:
+        """Apply a patch atomically (or, for a large add-only one, idempotently).
+
+        ChainError when the graph is not at the patch's `prev`; PatchApplyError when a
+        removed MSG is missing (nothing changes in either case).
+        """
+        with self._lock:
+            current = self.version(patch.graph)
+            if current != patch.prev:
+                raise ChainError(
+                    f"store holds {patch.graph} at {current}, patch {patch.id} follows {patch.prev}")
+            g = f"<{patch.graph}>"
+            idx = f"<{_index_graph(patch.graph).value}>"
+            delete_data: list[str] = []
+            delete_index: list[str] = []
+            for text, count in Counter(m.nquads for m in patch.removed).items():
+                msg = Msg.of(text)
+                statements = msg.statements
+                if "_:" not in text:
+                    stored = to_stored(statements[0])
+                    if ox.Quad(*_triple(stored), ox.NamedNode(patch.graph)) not in self._store:
+                        raise PatchApplyError(f"patch {patch.id} removes a triple the graph does not hold: "
+                                              f"{statements[0]}")
+                    delete_data.append(f"{stored} .")
+                    continue
+                found = sorted(_iri(q.subject) for q in self._store.quads_for_pattern(
+                    None, _MSG, ox.Literal(msg.hash), _index_graph(patch.graph)))
+                if len(found) < count:
+                    raise PatchApplyError(f"patch {patch.id} removes MSG sha256:{msg.hash} {count}x, the "
+                                          f"graph holds it {len(found)}x")
+                for instance_iri in found[:count]:
+                    instance = instance_iri[len(SKOLEM_PREFIX):]
+                    delete_data.extend(f"{to_stored(_skolemise(s, instance))} ." for s in statements)
+                    delete_index.append(f'<{instance_iri}> <{_MSG.value}> "{msg.hash}" .')
+            insert_data, insert_index = self._additions(patch)
+            marker_old = f"{g} <{_VERSION.value}> <{patch.prev}> ." if patch.prev else ""
+            marker_new = f"{g} <{_VERSION.value}> <{patch.id}> ."
+            if not delete_data and len(insert_data) > BULK_ADDITIONS:
+                self._bulk_add(patch.graph, insert_data, insert_index)
+                insert_data, insert_index = [], []
+            system = f"<{_SYSTEM.value}>"
+            update = (
+                f"DELETE DATA {{ GRAPH {g} {{ {' '.join(delete_data)} }} "
+                f"GRAPH {idx} {{ {' '.join(delete_index)} }} GRAPH {system} {{ {marker_old} }} }} ;\n"
+                f"INSERT DATA {{ GRAPH {g} {{ {' '.join(insert_data)} }} "
+                f"GRAPH {idx} {{ {' '.join(insert_index)} }} GRAPH {system} {{ {marker_new} }} }}"
+            )
+            try:
+                self._store.update(update)
+            except (SyntaxError, OSError) as exc:
+                raise StoreError(f"the store refused patch {patch.id}: {exc}") from None
+
+    @staticmethod
+    def _additions(patch: Patch) -> tuple[list[str], list[str]]:
+        data: list[str] = []
+        index: list[str] = []
+        offset = len(patch.removed)
+        for row, msg in enumerate(patch.added, start=offset):
+            if "_:" not in msg.nquads:
+                data.append(to_stored(msg.nquads[:-1]))
+                continue
+            instance = instance_id(patch.id, row)
+            data.extend(f"{to_stored(_skolemise(s, instance))} ." for s in msg.statements)
+            index.append(f'<{SKOLEM_PREFIX}{instance}> <{_MSG.value}> "{msg.hash}" .')
+        return data, index
+
+    def _bulk_add(self, graph: str, data: list[str], index: list[str]) -> None:
+        try:
+            self._store.bulk_load("\n".join(data).encode(), format=ox.RdfFormat.N_TRIPLES,
+                                  to_graph=ox.NamedNode(graph))
+            if index:
+                self._store.bulk_load("\n".join(index).encode(), format=ox.RdfFormat.N_TRIPLES,
+                                      to_graph=_index_graph(graph))
+            self._store.flush()
+        except (SyntaxError, OSError) as exc:
+            raise StoreError(f"bulk load into {graph} failed: {exc}") from None
+
+    def drop(self, graph: str) -> None:
+        """Remove a graph, its index and its version marker (for tests and re-clones)."""
+        with self._lock:
+            self._store.remove_graph(ox.NamedNode(graph)) if self._store.contains_named_graph(
+                ox.NamedNode(graph)) else None
+            for q in list(self._store.quads_for_pattern(ox.NamedNode(graph), _VERSION, None, _SYSTEM)):
+                self._store.remove(q)
+            index = _index_graph(graph)
+            if self._store.contains_named_graph(index):
+                self._store.remove_graph(index)
+
+    def flush(self) -> None:
+        self._store.flush()
+
+
+def _triple(statement: str) -> tuple[ox.NamedNode | ox.BlankNode, ox.NamedNode, ox.NamedNode | ox.Literal]:
+    (quad,) = ox.parse(statement + " .", format=ox.RdfFormat.N_TRIPLES)
+    assert not isinstance(quad.object, ox.Triple | ox.BlankNode) and not isinstance(quad.subject, ox.Triple)
+    return quad.subject, quad.predicate, quad.object
+
+
+def _iri(term: object) -> str:
+    assert isinstance(term, ox.NamedNode)
+    return term.value

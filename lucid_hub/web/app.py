@@ -1,0 +1,21 @@
+"""Application factory: no work at import time; everything comes from the settings."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from lucid_hub.config import Settings
+from lucid_hub.runtime import Runtime
+from lucid_hub.web import archive, errors, graphs, ops, sparql
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
+    """A hub app; it opens (and owns) a Runtime unless one is given."""
+    settings = settings or Settings.from_env()
+    app = Flask("lucid_hub")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions["lucid"] = runtime or Runtime.open(settings)
+    errors.register(app)
+    for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint):
+        app.register_blueprint(blueprint)
+    return app

@@ -1,0 +1,86 @@
+"""What the blueprints share: the runtime of the app, request bodies as RDF, negotiation."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pyoxigraph as ox
+from flask import current_app, request
+
+from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.rdf.syntax import read_quads
+from lucid_hub.runtime import Runtime
+
+RDF_MEDIA_TYPES = {
+    "text/turtle": ox.RdfFormat.TURTLE,
+    "application/n-triples": ox.RdfFormat.N_TRIPLES,
+    "application/n-quads": ox.RdfFormat.N_QUADS,
+    "application/trig": ox.RdfFormat.TRIG,
+    "application/ld+json": ox.RdfFormat.JSON_LD,
+}
+AUTHOR_HEADER = "X-Lucid-Author"
+MESSAGE_HEADER = "X-Lucid-Message"
+
+
+def runtime() -> Runtime:
+    rt: Runtime = current_app.extensions["lucid"]
+    return rt
+
+
+def graph_param() -> str:
+    """The `graph` query parameter, which must be an absolute IRI."""
+    graph = request.args.get("graph")
+    if not graph:
+        raise InputError("the query parameter graph=IRI is required")
+    try:
+        ox.NamedNode(graph)
+    except ValueError:
+        raise InputError(f"graph {graph!r} is not an absolute IRI") from None
+    return graph
+
+
+def body_quads(base_iri: str) -> list[ox.Quad]:
+    """The request body parsed as RDF by its Content-Type (415 for others)."""
+    media_type = (request.mimetype or "").lower()
+    fmt = RDF_MEDIA_TYPES.get(media_type)
+    if fmt is None:
+        known = ", ".join(RDF_MEDIA_TYPES)
+        raise UnsupportedMediaTypeError(f"Content-Type {media_type or '(none)'} is not RDF; use one of {known}")
+    return list(read_quads(request.get_data(cache=False), fmt, base_iri=base_iri, name="request body"))
+
+
+def author() -> str:
+    return request.headers.get(AUTHOR_HEADER, "anonymous")[:512]
+
+
+def message() -> str:
+    return request.headers.get(MESSAGE_HEADER, "")[:4096]
+
+
+def negotiate(offers: list[str], default: str) -> str:
+    """The offered media type the Accept header prefers (the default for */* or none)."""
+    if not request.accept_mimetypes or request.accept_mimetypes.best == "*/*":
+        return default
+    best = request.accept_mimetypes.best_match(offers)
+    if best is None:
+        from werkzeug.exceptions import NotAcceptable
+
+        raise NotAcceptable(f"available: {', '.join(offers)}")
+    return str(best)
+
+
+def graph_url(graph: str) -> str:
+    return f"{runtime().settings.public_url}/graphs?graph={quote(graph, safe='')}"
+
+
+def patch_url(patch_id: str) -> str:
+    return f"{runtime().settings.public_url}/patches/{patch_id}"
+
+
+def discovery_links(graph: str) -> str:
+    """WebSub discovery (`rel=hub`, `rel=self`) for a graph resource."""
+    return f'<{runtime().settings.public_url}/hub>; rel="hub", <{graph_url(graph)}>; rel="self"'
+
+
+def etag(version: str | None) -> str:
+    return f'"{version or ""}"'

@@ -1,0 +1,64 @@
+"""One HTTP status per error family, with a one-line plain-text reason; never a 500 for input."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException
+
+from lucid_hub import errors as e
+
+log = logging.getLogger(__name__)
+
+# Most specific first: the first matching family decides the status.
+STATUS: list[tuple[type[Exception], int]] = [
+    (e.InputTooLargeError, 413),
+    (e.UnsupportedMediaTypeError, 415),
+    (e.PatchVerificationError, 422),
+    (e.CanonicalizationLimitExceeded, 422),
+    (e.PreconditionFailedError, 412),
+    (e.ConflictError, 409),
+    (e.ChainError, 409),
+    (e.PatchApplyError, 409),
+    (e.NotFoundError, 404),
+    (e.InputError, 400),
+    (e.StoreError, 503),
+    (e.LogUnavailableError, 503),
+    (e.ConfigError, 500),
+]
+
+
+def status_of(exc: Exception) -> int:
+    for family, status in STATUS:
+        if isinstance(exc, family):
+            return status
+    return 500
+
+
+def text(status: int, reason: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(" ".join(reason.split()) + "\n", status=status, mimetype="text/plain", headers=headers)
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(e.LucidError)
+    def lucid_error(exc: e.LucidError) -> Response:
+        status = status_of(exc)
+        headers = {}
+        if isinstance(exc, e.ConflictError):
+            headers["ETag"] = f'"{exc.head or ""}"'
+        if status >= 500:
+            log.error("request failed: %s", exc)
+        return text(status, str(exc), headers)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        reason = exc.description or exc.name
+        if exc.code == 413:
+            reason = f"request body exceeds the limit of {app.config['MAX_CONTENT_LENGTH']} bytes"
+        return text(exc.code or 500, f"{exc.name}: {reason}")
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("internal error")
+        return text(500, "internal error (logged on the hub)")
