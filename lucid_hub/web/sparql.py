@@ -5,14 +5,18 @@ from __future__ import annotations
 import re
 
 import pyoxigraph as ox
+import rdflib
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
+from lucid_hub.rdf.syntax import read_quads
 from lucid_hub.store.graphs import check_no_skolem
 from lucid_hub.web.common import author, message, patch_url, runtime
 
 blueprint = Blueprint("sparql", __name__)
+# rdflib must never rewrite lexical forms (a process-wide switch of rdflib's).
+rdflib.NORMALIZE_LITERALS = False
 _PREFIX = re.compile(r"PREFIX\s+([A-Za-z][\w.-]*)?:\s*<([^>]*)>", re.IGNORECASE)
 
 
@@ -42,33 +46,32 @@ def _mentioned(update: str, graphs: list[str]) -> list[str]:
 def sparql_update() -> Response:
     """Run the update on a scratch copy of the graphs it names, then publish each difference.
 
-    The scratch copy makes the patch exactly what changed, whatever the update's form
-    (INSERT DATA, DELETE/INSERT WHERE, LOAD is refused: no network access from here).
+    The scratch copy makes each patch exactly what changed, whatever the update's form. It
+    is an rdflib dataset with literal normalisation off: pyoxigraph's store would turn
+    "01"^^xsd:integer into "1", and rdflib still evaluates values for FILTERs.
     """
     update = _update_text()
-    if re.search(r"\bLOAD\b", update, re.IGNORECASE):
-        raise InputError("LOAD is not allowed (the hub does not fetch URLs on behalf of updates)")
+    if re.search(r"\b(LOAD|SERVICE)\b", update, re.IGNORECASE):
+        raise InputError("LOAD and SERVICE are not allowed (the hub does not fetch URLs for updates)")
     rt = runtime()
     owned = [g.iri for g in rt.publisher.graphs()]
-    scratch = ox.Store()
     loaded = _mentioned(update, owned)
+    scratch = rdflib.Dataset()
     for graph in loaded:
         _, statements = rt.publisher.content(graph)
-        name = ox.NamedNode(graph)
-        scratch.extend(ox.Quad(q.subject, q.predicate, q.object, name) for q in
-                       ox.parse("".join(f"{s} .\n" for s in statements), format=ox.RdfFormat.N_TRIPLES))
+        scratch.graph(rdflib.URIRef(graph)).parse(data="".join(f"{s} .\n" for s in statements), format="nt")
     try:
         scratch.update(update)
-    except SyntaxError as exc:
-        raise InputError(f"malformed SPARQL update: {' '.join(str(exc).split())}") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"the update failed: {exc}") from None
-    if any(True for _ in scratch.quads_for_pattern(None, None, None, ox.DefaultGraph())):
+    except Exception as exc:  # rdflib raises parser and evaluation errors of many types
+        raise InputError(f"malformed or failing SPARQL update: {' '.join(str(exc).split())[:300]}") from None
+    if len(scratch.default_graph) > 0:
         raise InputError("updates must write into named graphs (GRAPH <IRI> { … } or WITH <IRI>)")
+    names = {str(g.identifier) for g in scratch.graphs() if isinstance(g.identifier, rdflib.URIRef)}
+    names.discard(str(rdflib.graph.DATASET_DEFAULT_GRAPH_ID))
     results = []
-    touched = sorted(set(loaded) | {g.value for g in scratch.named_graphs() if isinstance(g, ox.NamedNode)})
-    for graph in touched:
-        quads = list(scratch.quads_for_pattern(None, None, None, ox.NamedNode(graph)))
+    for graph in sorted(set(loaded) | names):
+        text = scratch.graph(rdflib.URIRef(graph)).serialize(format="nt", encoding="utf-8")
+        quads = list(read_quads(text, ox.RdfFormat.N_TRIPLES, name="update result"))
         check_no_skolem((str(q) for q in quads), "update result")
         new = graph_msgs(quads, rt.canonicalizer) if quads else GraphMsgs()
         patch = rt.publisher.replace(graph, new, author=author(), message=message())
