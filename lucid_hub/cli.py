@@ -232,13 +232,16 @@ def demo(state: _Context, workdir: Path | None) -> None:
 @cli.command()
 @click.option("--host", help="Listening address (default: LUCID_HOST, 127.0.0.1).")
 @click.option("--port", type=int, help="Listening port (default: LUCID_PORT, 8080).")
+@click.option("--server", "server_kind", type=click.Choice(["auto", "gunicorn", "werkzeug"]), default="auto",
+              show_default=True, help="HTTP server: gunicorn where installed, else werkzeug.")
+@click.option("--threads", default=8, show_default=True, help="Request threads.")
 @pass_ctx
-def serve(state: _Context, host: str | None, port: int | None) -> None:
+def serve(state: _Context, host: str | None, port: int | None, server_kind: str, threads: int) -> None:
     """Run the hub: graph store, archive, patch log relay, all in one process."""
     from lucid_hub.server import serve as run_server
 
     settings = replace(state.settings, host=host or state.settings.host, port=port or state.settings.port)
-    run_server(settings, click.echo)
+    run_server(settings, click.echo, server_kind, threads)
 
 
 @cli.command()
@@ -318,6 +321,19 @@ def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_b
 
     run(triples=triples, blank_triples=blank_triples, baseline_triples=baseline_triples,
         blank_baseline_triples=blank_baseline_triples, change=change, seed=seed)
+
+
+@bench.command("publish")
+@click.option("--updates", default=1000, show_default=True, help="Small updates per log backend.")
+@click.option("--clients", default=4, show_default=True, help="Concurrent clients for the throughput run.")
+@click.option("--bulk-triples", default=1_000_000, show_default=True, help="0 skips the bulk run.")
+@click.option("--change", default=0.01, show_default=True, help="Fraction changed in the re-publish.")
+@click.option("--kafka/--no-kafka", default=True, show_default=True, help="Also run with the Kafka log.")
+def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, kafka: bool) -> None:
+    """Publishing latency, throughput and bulk re-publish, against direct pyoxigraph writes."""
+    from lucid_hub.bench.publish import run
+
+    run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka)
 
 
 def _one_line(text: str) -> str:

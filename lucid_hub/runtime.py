@@ -49,6 +49,7 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
+        self.publisher.stop_relay()
         self.log.close()
         self.canonicalizer.close()
         self.store.flush()

@@ -1,4 +1,9 @@
-"""`lucid-hub serve`: the embedded hub in one process (HTTP, relay), stopped cleanly by SIGTERM."""
+"""`lucid-hub serve`: the embedded hub in one process (HTTP API, relay).
+
+gunicorn (gthread) serves when it is installed: one worker process, since only one process
+may open the on-disk store, with threads for concurrent requests; SIGTERM stops it
+gracefully. Werkzeug's threaded server is the fallback (and `--server werkzeug`).
+"""
 
 from __future__ import annotations
 
@@ -6,45 +11,77 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-
-from werkzeug.serving import make_server
+from typing import Any
 
 from lucid_hub.config import Settings
 from lucid_hub.runtime import Runtime
 from lucid_hub.web import create_app
 
 log = logging.getLogger(__name__)
-RELAY_INTERVAL = 2.0
 
 
-def serve(settings: Settings, echo: Callable[[str], None]) -> None:
+def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto", threads: int = 8) -> None:
+    """Run the hub until SIGTERM or SIGINT."""
+    if server == "auto":
+        try:
+            import gunicorn  # noqa: F401
+
+            server = "gunicorn"
+        except ImportError:
+            server = "werkzeug"
+    echo(f"lucid-hub serving on http://{settings.host}:{settings.port} with {server} "
+         f"(public URL {settings.public_url}, data in {settings.data_dir})")
+    if server == "gunicorn":
+        _serve_gunicorn(settings, threads)
+    else:
+        _serve_werkzeug(settings)
+    echo("lucid-hub stopped")
+
+
+def _serve_werkzeug(settings: Settings) -> None:
+    from werkzeug.serving import make_server
+
     runtime = Runtime.open(settings)
-    app = create_app(settings, runtime)
-    server = make_server(settings.host, settings.port, app, threaded=True)
-    stop = threading.Event()
-
-    def relay_loop() -> None:
-        # Retries the outbox when the patch log was unavailable at publish time.
-        while not stop.wait(RELAY_INTERVAL):
-            try:
-                runtime.publisher.relay()
-            except Exception as exc:  # logged, retried on the next tick
-                log.warning("relay to the patch log failed: %s", exc)
+    runtime.publisher.start_relay()
+    httpd = make_server(settings.host, settings.port, create_app(settings, runtime), threaded=True)
 
     def shutdown(_signum: int, _frame: object) -> None:
-        stop.set()
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
-    relay = threading.Thread(target=relay_loop, name="relay", daemon=True)
-    relay.start()
-    echo(f"lucid-hub serving on http://{settings.host}:{server.port} (public URL {settings.public_url}, "
-         f"data in {settings.data_dir})")
     try:
-        server.serve_forever()
+        httpd.serve_forever()
     finally:
-        stop.set()
-        relay.join(timeout=5)
         runtime.close()
-        echo("lucid-hub stopped")
+
+
+def _serve_gunicorn(settings: Settings, threads: int) -> None:
+    from gunicorn.app.base import BaseApplication
+
+    class HubApplication(BaseApplication):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.runtime: Runtime | None = None
+            super().__init__()
+
+        def load_config(self) -> None:
+            self.cfg.set("bind", f"{settings.host}:{settings.port}")
+            self.cfg.set("workers", 1)
+            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("threads", threads)
+            self.cfg.set("timeout", 3600)  # bulk publishes run long; liveness is /healthz
+            self.cfg.set("graceful_timeout", 30)
+            self.cfg.set("accesslog", None)
+            self.cfg.set("worker_exit", self._worker_exit)
+
+        def load(self) -> Any:
+            # In the worker: open the runtime there, after the fork.
+            self.runtime = Runtime.open(settings)
+            self.runtime.publisher.start_relay()
+            return create_app(settings, self.runtime)
+
+        def _worker_exit(self, _arbiter: Any, _worker: Any) -> None:
+            if self.runtime is not None:
+                self.runtime.close()
+
+    HubApplication().run()

@@ -11,6 +11,7 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ class SigningKey:
 
     key: OKPKey
 
-    @property
+    @cached_property
     def kid(self) -> str:
         return self.key.thumbprint()
 

@@ -201,3 +201,13 @@ def test_reserved_namespace_and_malformed_sparql_are_refused(hub: RunningHub) ->
 def test_health_and_readiness(hub: RunningHub) -> None:
     assert requests.get(f"{hub.url}/healthz", timeout=30).text.strip() == "ok"
     assert requests.get(f"{hub.url}/readyz", timeout=30).status_code == 200
+
+
+def test_uploaded_patch_removing_what_the_graph_lacks_is_409_and_archives_nothing(hub: RunningHub) -> None:
+    v1 = put(hub, V1).json()["version"]
+    body = f"H prev <{v1}> .\nTX .\nD <http://ex/kpi1> <http://ex/unit> \"weeks\" <{G}> .\nTC .\n"
+    response = requests.post(f"{hub.url}/patches", params={"graph": G}, data=body, timeout=30,
+                             headers={"Content-Type": "application/rdf-patch"})
+    assert response.status_code == 409 and "does not hold" in response.text
+    assert [p.id for p in hub.runtime.publisher.history(G)] == [v1]
+    assert_consistent(hub.runtime)

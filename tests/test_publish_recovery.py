@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -23,26 +24,37 @@ G = "http://example.org/graphs/orders"
 V1 = '<http://ex/o1> <http://ex/status> "open" .\n<http://ex/o1> <http://ex/line> _:l .\n_:l <http://ex/qty> "01"^^<http://www.w3.org/2001/XMLSchema#integer> .\n'
 
 
-def start_hub(data: Path, port: int, fault: str | None = None) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+def start_hub(data: Path, port: int, fault: str | None = None,
+              extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}",
+           **(extra or {})}
     env.pop("LUCID_FAULT", None)
     if fault:
         env["LUCID_FAULT"] = fault
-    proc = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port)], env=env,
+    # werkzeug: one process, so the fault kills the whole hub (gunicorn would respawn its worker).
+    proc = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port),
+                             "--server", "werkzeug"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     wait_for_port(port)
     return proc
 
 
-@pytest.mark.parametrize("fault", ["after-archive-commit", "after-log-append"])
-def test_restart_after_a_crash_completes_the_work_exactly_once(tmp_path: Path, fault: str) -> None:
+@pytest.mark.parametrize(("fault", "log_kind"), [("after-archive-commit", "sql"), ("after-archive-commit", "kafka"),
+                                                 ("after-log-append", "kafka")])
+def test_restart_after_a_crash_completes_the_work_exactly_once(tmp_path: Path, fault: str, log_kind: str,
+                                                               request: pytest.FixtureRequest) -> None:
     port = free_port()
-    proc = start_hub(tmp_path / "data", port, fault)
+    env: dict[str, str] = {}
+    if log_kind == "kafka":
+        # A topic of its own per test: the broker is shared by the session.
+        env = {"LUCID_KAFKA_BOOTSTRAP": request.getfixturevalue("kafka_bootstrap"),
+               "LUCID_KAFKA_TOPIC": f"crash-{fault}-{port}"}
+    proc = start_hub(tmp_path / "data", port, fault, env)
     with pytest.raises(requests.ConnectionError):
         requests.put(f"http://127.0.0.1:{port}/graphs", params={"graph": G}, data=V1.encode(),
                      headers={"Content-Type": "application/n-triples"}, timeout=30)
     assert proc.wait(timeout=30) == 137  # killed at the fault point
-    proc = start_hub(tmp_path / "data", port)
+    proc = start_hub(tmp_path / "data", port, None, env)
     try:
         response = requests.get(f"http://127.0.0.1:{port}/graphs", params={"graph": G},
                                 headers={"Accept": "application/n-triples"}, timeout=30)
@@ -55,10 +67,25 @@ def test_restart_after_a_crash_completes_the_work_exactly_once(tmp_path: Path, f
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data")}))
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), **env}))
     try:
         assert [p.id for p in runtime.publisher.history(G)] == [head]
-        assert_consistent(runtime)  # store at head, log holds the patch exactly once, outbox empty
+        if log_kind == "sql":
+            assert_consistent(runtime)  # store at head, log holds the patch exactly once, outbox empty
+        else:
+            from lucid_hub.log.kafka import KafkaPatchLog, recent_patch_ids
+
+            assert runtime.store.version(G) == head
+            assert isinstance(runtime.log, KafkaPatchLog)
+            found = []
+            consumer = runtime.log.consumer(f"check-{port}")
+            deadline = time.monotonic() + 30
+            while not found and time.monotonic() < deadline:
+                found = [r.patch_id for r in consumer.poll(100, 0.5)]
+            found += [r.patch_id for r in consumer.poll(100, 1.0)]
+            consumer.close()
+            assert found == [head]  # exactly once in the topic
+            assert recent_patch_ids(runtime.log, 100) == {head}
     finally:
         runtime.close()
 

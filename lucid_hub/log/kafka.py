@@ -4,6 +4,7 @@ commit offsets by hand, after they have handled what they read."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -114,3 +115,41 @@ def _bytes(value: str | bytes | None) -> bytes:
     if value is None:
         return b""
     return value if isinstance(value, bytes) else value.encode()
+
+
+def recent_patch_ids(log: KafkaPatchLog, per_partition: int, timeout: float = 10.0) -> set[str]:
+    """Patch ids among the last `per_partition` records of each partition (read without a group).
+
+    The relay appends at most one batch between the broker's acknowledgement and deleting
+    its outbox rows; a crash there leaves rows whose patches the log already holds. Repair
+    reads this tail and drops those rows instead of appending the patches twice.
+    """
+    consumer = Consumer({"bootstrap.servers": log.bootstrap, "group.id": "lucid-hub-repair",
+                         "enable.auto.commit": False, **log.extra})
+    try:
+        metadata = consumer.list_topics(log.topic, timeout=timeout)
+        partitions = list(metadata.topics[log.topic].partitions)
+        assignment, ends = [], {}
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(log.topic, p), timeout=timeout)
+            if high > low:
+                assignment.append(TopicPartition(log.topic, p, max(low, high - per_partition)))
+                ends[p] = high
+        if not assignment:
+            return set()
+        consumer.assign(assignment)
+        found: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while ends and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                if msg.error() is not None:
+                    continue
+                found.add(_bytes(dict(msg.headers() or []).get(PATCH_ID_HEADER)).decode())
+                offset, partition = msg.offset(), msg.partition()
+                if offset is not None and partition is not None and offset + 1 >= ends.get(partition, 0):
+                    ends.pop(partition, None)
+        if ends:
+            raise LogUnavailableError("could not read the tail of the Kafka topic to repair the outbox")
+        return found
+    finally:
+        consumer.close()

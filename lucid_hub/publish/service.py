@@ -18,21 +18,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from lucid_hub.db.models import Graph, Outbox, PatchRecord
+from lucid_hub.db.models import Graph, LogEntry, Outbox, PatchRecord
 from lucid_hub.db.session import Database
 from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import diff_msgs
 from lucid_hub.errors import (
     ConflictError,
     NotFoundError,
-    PatchApplyError,
     PreconditionFailedError,
     StoreError,
 )
 from lucid_hub.log import LogRecord, PatchLog
+from lucid_hub.log.sql import SqlPatchLog
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rdf.patch import Patch
@@ -44,12 +44,47 @@ log = logging.getLogger(__name__)
 
 # Test-only crash points (LUCID_FAULT=name): the process exits at once, as a kill would.
 FAULT_ENV = "LUCID_FAULT"
+# Outbox rows the relay appends to the log per round (the most a crash can leave behind).
+RELAY_BATCH = 500
+# Compare-and-set attempts of one publish before it answers 409.
+CAS_ATTEMPTS = 3
 
 
 def _crash_point(name: str) -> None:
     if os.environ.get(FAULT_ENV) == name:
         log.warning("fault injection: exiting at %s", name)
         os._exit(137)
+
+
+# Prepared once: building SQLAlchemy statements costs more than running them on SQLite.
+_ADVANCE = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head == bindparam("prev"))
+            .values(head=bindparam("new"), length=Graph.length + 1, updated_at=bindparam("now"))
+            .returning(Graph.length))
+_ADVANCE_FIRST = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head.is_(None))
+                  .values(head=bindparam("new"), length=Graph.length + 1, updated_at=bindparam("now"))
+                  .returning(Graph.length))
+_INSERT_PATCH = insert(PatchRecord)
+_INSERT_LOG = insert(LogEntry)
+_INSERT_OUTBOX = insert(Outbox)
+
+
+class GraphView:
+    """A graph's current content as a change computation sees it: whole (read on demand) or
+    one triple at a time, so small changes never read a large graph."""
+
+    def __init__(self, store: GraphStore, graph: str, exists: bool) -> None:
+        self.store = store
+        self.graph = graph
+        self.exists = exists
+        self._msgs: GraphMsgs | None = None
+
+    def msgs(self) -> GraphMsgs:
+        if self._msgs is None:
+            self._msgs = self.store.graph_msgs(self.graph) if self.exists else GraphMsgs()
+        return self._msgs
+
+    def contains(self, statement: str) -> bool:
+        return self.exists and self.store.contains(self.graph, statement)
 
 
 class Publisher:
@@ -66,6 +101,9 @@ class Publisher:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._relay_lock = threading.Lock()
+        self._relay_wanted = threading.Event()
+        self._relay_thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     # --- reading -------------------------------------------------------------------------
 
@@ -122,46 +160,67 @@ class Publisher:
 
     # --- changing -----------------------------------------------------------------------
 
-    def publish(self, graph: str, compute: Callable[[GraphMsgs], GraphChange | None], *, author: str,
+    def publish(self, graph: str, compute: Callable[[GraphView], GraphChange | None], *, author: str,
                 message: str, if_match: str | None = None, expect_prev: bool = False,
                 prev: str | None = None) -> Patch | None:
         """Make the change `compute` derives from the graph's current MSGs; None if nothing changed.
 
         `if_match` (HTTP If-Match) and `expect_prev` with `prev` (an uploaded patch's prev)
         require the graph to be at that version.
+
+        Optimistic: the change is computed against this process's store and appended with
+        compare-and-set on the head, which succeeds only if the store was current. When
+        another process moved the head, the store catches up from the archive and the
+        change is computed again (up to CAS_ATTEMPTS times, then 409).
         """
         with self._lock(graph):
-            self._sync(graph)
-            head = self.store.version(graph)
-            if if_match is not None and if_match != (head or '""'):
-                raise PreconditionFailedError(f"<{graph}> is at version {head}, not {if_match}", head)
-            if expect_prev and prev != head:
-                raise ConflictError(f"patch follows {prev or 'nothing'}, but <{graph}> is at {head}", head)
-            change = compute(self.store.graph_msgs(graph) if head is not None else GraphMsgs())
-            if change is None or change.is_empty:
-                return None
-            patch = sign_patch(change.to_patch(head, author=author, message=message), self.key)
-            self._append(patch)
-            _crash_point("after-archive-commit")
-            self.store.apply(patch)
-        self.relay()
+            for attempt in range(CAS_ATTEMPTS):
+                caught_up = attempt > 0
+                head = self.store.version(graph)
+                stale = (if_match is not None and if_match != (head or '""')) or (expect_prev and prev != head)
+                if stale and not caught_up:
+                    self._sync(graph)  # the store may be behind: decide on the archive's head
+                    continue
+                if if_match is not None and if_match != (head or '""'):
+                    raise PreconditionFailedError(f"<{graph}> is at version {head}, not {if_match}", head)
+                if expect_prev and prev != head:
+                    raise ConflictError(f"patch follows {prev or 'nothing'}, but <{graph}> is at {head}", head)
+                change = compute(GraphView(self.store, graph, exists=head is not None))
+                if change is None or change.is_empty:
+                    if not caught_up and self._sync(graph):
+                        continue  # "no change" against a stale store is no answer
+                    return None
+                patch = sign_patch(change.to_patch(head, author=author, message=message), self.key)
+                self.store.check(patch)  # a patch the store cannot apply is never archived
+                try:
+                    self._append(patch)
+                except ConflictError:
+                    if attempt + 1 == CAS_ATTEMPTS:
+                        raise
+                    self._sync(graph)
+                    continue
+                _crash_point("after-archive-commit")
+                self.store.apply(patch)
+                break
+        self._outbox_changed()
         return patch
 
     def replace(self, graph: str, new: GraphMsgs, **kwargs: Any) -> Patch | None:
         """PUT: the graph's content becomes `new`."""
-        return self.publish(graph, lambda old: GraphChange(graph, *diff_msgs(old, new)), **kwargs)
+        return self.publish(graph, lambda view: GraphChange(graph, *diff_msgs(view.msgs(), new)), **kwargs)
 
     def merge(self, graph: str, new: GraphMsgs, **kwargs: Any) -> Patch | None:
         """POST: `new` is added; its blank nodes are new nodes (RDF merge)."""
-        def compute(old: GraphMsgs) -> GraphChange:
-            addition = GraphMsgs(new.ground - old.ground, new.blank)
-            return GraphChange(graph, (), tuple(addition.msgs()))
+        def compute(view: GraphView) -> GraphChange:
+            # Only the ground triples need a look at the graph: blank nodes in a merge are new.
+            ground = {s for s in new.ground if not view.contains(s)}
+            return GraphChange(graph, (), tuple(GraphMsgs(ground, new.blank).msgs()))
         return self.publish(graph, compute, **kwargs)
 
     def drop(self, graph: str, **kwargs: Any) -> Patch | None:
         """DELETE: every triple of the graph is removed (its history stays)."""
         self.head(graph)
-        return self.publish(graph, lambda old: GraphChange(graph, tuple(old.msgs()), ()), **kwargs)
+        return self.publish(graph, lambda view: GraphChange(graph, tuple(view.msgs().msgs()), ()), **kwargs)
 
     def upload(self, graph: str, raw: bytes, *, author: str, message: str) -> Patch | None:
         """An RDF Patch sent by a client: its `prev` must be the head (409 otherwise).
@@ -180,7 +239,7 @@ class Publisher:
             return self._archive_as_is(patch)
         prev = doc.iri("prev")
         change = GraphChange(graph, tuple(doc.removed), tuple(doc.added))
-        return self.publish(graph, lambda _old: change, author=author, message=message,
+        return self.publish(graph, lambda _view: change, author=author, message=message,
                             expect_prev=True, prev=prev)
 
     def _archive_as_is(self, patch: Patch) -> Patch:
@@ -192,62 +251,61 @@ class Publisher:
             if patch.prev != head:
                 raise ConflictError(
                     f"patch follows {patch.prev or 'nothing'}, but <{patch.graph}> is at {head}", head)
-            self._check_applicable(patch)
+            self.store.check(patch)
             self._append(patch)
             _crash_point("after-archive-commit")
             self.store.apply(patch)
-        self.relay()
+        self._outbox_changed()
         return patch
 
-    def _check_applicable(self, patch: Patch) -> None:
-        current = self.store.graph_msgs(patch.graph) if patch.prev else GraphMsgs()
-        have = current.hashes()
-        for msg in patch.removed:
-            if have[msg.hash] <= 0:
-                raise PatchApplyError(f"patch {patch.id} removes MSG sha256:{msg.hash}, which "
-                                      f"<{patch.graph}> does not hold")
-            have[msg.hash] -= 1
-
     def _append(self, patch: Patch) -> None:
-        """Archive the patch and advance the head by compare-and-set, with an outbox row."""
+        """Archive the patch and advance the head by compare-and-set, in one transaction.
+
+        With the embedded SQL log the log entry is written in the same transaction (the log
+        is its own outbox); with an external log an outbox row is, and the relay follows.
+        Prepared Core statements, not the ORM: this is the hot path of every publish.
+        """
         now = datetime.now(UTC)
+        body = write_rdf_patch(patch)
         try:
-            with self.db.session() as session:
-                row = session.get(Graph, patch.graph)
-                if row is None:
-                    if patch.prev is not None:
-                        raise ConflictError(
-                            f"<{patch.graph}> does not exist, but the patch follows {patch.prev}")
-                    row = Graph(iri=patch.graph, head=None, length=0, created_at=now, updated_at=now)
-                    session.add(row)
-                    session.flush()
-                seq = row.length + 1
-                result = session.execute(
-                    update(Graph)
-                    .where(Graph.iri == patch.graph,
-                           Graph.head.is_(None) if patch.prev is None else Graph.head == patch.prev)
-                    .values(head=patch.id, length=Graph.length + 1, updated_at=now)
-                )
-                if result.rowcount != 1:  # type: ignore[attr-defined]
-                    current = session.get(Graph, patch.graph)
-                    raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff",
-                                        current.head if current else None)
-                session.add(PatchRecord(
-                    id=patch.id, graph=patch.graph, seq=seq,
-                    prev=patch.prev, prev_key=patch.prev or "", author=patch.author, message=patch.message,
-                    created=patch.created, removed=len(patch.removed), added=len(patch.added),
-                    body=write_rdf_patch(patch)))
-                session.flush()
-                session.add(Outbox(patch_id=patch.id, graph=patch.graph))
+            with self.db.engine.begin() as conn:
+                if patch.prev is None:
+                    conn.execute(self._insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
+                                                             updated_at=now).on_conflict_do_nothing())
+                    seq = conn.execute(_ADVANCE_FIRST, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
+                else:
+                    seq = conn.execute(_ADVANCE, {"g": patch.graph, "prev": patch.prev, "new": patch.id,
+                                                  "now": now}).scalar()
+                if seq is None:
+                    current = conn.execute(select(Graph.head).where(Graph.iri == patch.graph)).scalar()
+                    raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff", current)
+                conn.execute(_INSERT_PATCH, {
+                    "id": patch.id, "graph": patch.graph, "seq": seq, "prev": patch.prev,
+                    "prev_key": patch.prev or "", "author": patch.author, "message": patch.message,
+                    "created": patch.created, "removed": len(patch.removed), "added": len(patch.added),
+                    "body": body})
+                if isinstance(self.log, SqlPatchLog):
+                    conn.execute(_INSERT_LOG, {"graph": patch.graph, "patch_id": patch.id, "body": body})
+                else:
+                    conn.execute(_INSERT_OUTBOX, {"patch_id": patch.id, "graph": patch.graph})
         except IntegrityError:
             raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff") from None
 
+    def _insert(self, table: Any) -> Any:
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        return (postgresql.insert if self.db.engine.dialect.name == "postgresql" else sqlite.insert)(table)
+
     # --- catching up ---------------------------------------------------------------------
 
-    def _sync(self, graph: str) -> None:
+    def _sync(self, graph: str) -> bool:
         """Apply archived patches the store does not have yet (after a crash, or patches
-        another hub process published on the same database)."""
+        another hub process published on the same database); True if it applied any."""
         at = self.store.version(graph)
+        with self.db.engine.connect() as conn:
+            head = conn.execute(select(Graph.head).where(Graph.iri == graph)).scalar()
+        if head == at:
+            return False
         with self.db.session() as session:
             query = select(PatchRecord).where(PatchRecord.graph == graph)
             if at is not None:
@@ -259,9 +317,45 @@ class Publisher:
         for record in pending:
             log.info("store catching up: applying %s to <%s>", record.id, graph)
             self.store.apply(read_rdf_patch(record.body, self.canonicalizer))
+        return bool(pending)
+
+    def _outbox_changed(self) -> None:
+        if self._relay_thread is not None:
+            self._relay_wanted.set()  # the background relay takes it; the caller need not wait
+        else:
+            self.relay()
+
+    def start_relay(self, interval: float = 2.0) -> None:
+        """Relay in a background thread: woken by each publish, and every `interval` seconds
+        to retry when the log was unavailable. Publishing then never waits for the log."""
+        if self._relay_thread is not None or isinstance(self.log, SqlPatchLog):
+            return
+
+        def loop() -> None:
+            while not self._stopping.is_set():
+                self._relay_wanted.wait(interval)
+                self._relay_wanted.clear()
+                try:
+                    self.relay()
+                except Exception as exc:  # logged; the rows stay in the outbox for the next round
+                    log.warning("relay to the patch log failed: %s", exc)
+
+        self._relay_thread = threading.Thread(target=loop, name="lucid-relay", daemon=True)
+        self._relay_thread.start()
+
+    def stop_relay(self) -> None:
+        """Stop the background relay after one last round."""
+        if self._relay_thread is not None:
+            self._stopping.set()
+            self._relay_wanted.set()
+            self._relay_thread.join(timeout=30)
+            self._relay_thread = None
+        self.relay()
 
     def relay(self) -> int:
         """Move outbox rows into the patch log, in order; returns how many moved."""
+        if isinstance(self.log, SqlPatchLog):
+            return 0  # the SQL log is written in the archive's own transaction
         moved = 0
         with self._relay_lock:
             while True:
@@ -269,7 +363,7 @@ class Publisher:
                     rows = session.execute(
                         select(Outbox.seq, PatchRecord.graph, PatchRecord.id, PatchRecord.body)
                         .join(PatchRecord, PatchRecord.id == Outbox.patch_id)
-                        .order_by(Outbox.seq).limit(500)
+                        .order_by(Outbox.seq).limit(RELAY_BATCH)
                     ).all()
                 if not rows:
                     return moved
@@ -284,7 +378,25 @@ class Publisher:
         for graph in self.graphs():
             with self._lock(graph.iri):
                 self._sync(graph.iri)
+        self._drop_relayed_outbox()
         self.relay()
+
+    def _drop_relayed_outbox(self) -> None:
+        """After a crash between the log's acknowledgement and the outbox delete, the log
+        already holds some outbox patches: drop those rows rather than append twice."""
+        from lucid_hub.log.kafka import KafkaPatchLog, recent_patch_ids
+
+        if not isinstance(self.log, KafkaPatchLog):
+            return
+        with self.db.session() as session:
+            pending = list(session.scalars(select(Outbox.patch_id)))
+        if not pending:
+            return
+        present = recent_patch_ids(self.log, RELAY_BATCH) & set(pending)
+        if present:
+            log.info("repair: %d outbox patches were already in the log", len(present))
+            with self.db.session() as session:
+                session.query(Outbox).filter(Outbox.patch_id.in_(present)).delete()
 
     def _lock(self, graph: str) -> threading.Lock:
         with self._locks_guard:

@@ -145,5 +145,9 @@ class Patch:
         return ID_PREFIX + hashlib.sha256(self.canonical_bytes).hexdigest()
 
     def with_signature(self, signature: str | None) -> Patch:
-        """The same patch carrying `signature` (the id does not change)."""
-        return replace(self, signature=signature)
+        """The same patch carrying `signature` (the id does not change, nor is it recomputed)."""
+        signed = replace(self, signature=signature)
+        for cached in ("canonical_bytes", "id"):
+            if cached in self.__dict__:
+                signed.__dict__[cached] = self.__dict__[cached]
+        return signed

@@ -116,6 +116,10 @@ class GraphStore:
         assert data is not None
         return from_stored(data.decode())
 
+    def check(self, patch: Patch) -> None:
+        """Raise what `apply` would raise, changing nothing (publishers call it before archiving)."""
+        self._plan(patch)
+
     def apply(self, patch: Patch) -> None:
         """Apply a patch atomically (or, for a large add-only one, idempotently).
 
@@ -123,50 +127,44 @@ class GraphStore:
         removed MSG is missing (nothing changes in either case).
         """
         with self._lock:
-            current = self.version(patch.graph)
-            if current != patch.prev:
-                raise ChainError(
-                    f"store holds {patch.graph} at {current}, patch {patch.id} follows {patch.prev}")
-            g = f"<{patch.graph}>"
-            idx = f"<{_index_graph(patch.graph).value}>"
-            delete_data: list[str] = []
-            delete_index: list[str] = []
-            for text, count in Counter(m.nquads for m in patch.removed).items():
-                msg = Msg.of(text)
-                statements = msg.statements
-                if "_:" not in text:
-                    stored = to_stored(statements[0])
-                    if ox.Quad(*_triple(stored), ox.NamedNode(patch.graph)) not in self._store:
-                        raise PatchApplyError(f"patch {patch.id} removes a triple the graph does not hold: "
-                                              f"{statements[0]}")
-                    delete_data.append(f"{stored} .")
-                    continue
-                found = sorted(_iri(q.subject) for q in self._store.quads_for_pattern(
-                    None, _MSG, ox.Literal(msg.hash), _index_graph(patch.graph)))
-                if len(found) < count:
-                    raise PatchApplyError(f"patch {patch.id} removes MSG sha256:{msg.hash} {count}x, the "
-                                          f"graph holds it {len(found)}x")
-                for instance_iri in found[:count]:
-                    instance = instance_iri[len(SKOLEM_PREFIX):]
-                    delete_data.extend(f"{to_stored(_skolemise(s, instance))} ." for s in statements)
-                    delete_index.append(f'<{instance_iri}> <{_MSG.value}> "{msg.hash}" .')
-            insert_data, insert_index = self._additions(patch)
-            marker_old = f"{g} <{_VERSION.value}> <{patch.prev}> ." if patch.prev else ""
-            marker_new = f"{g} <{_VERSION.value}> <{patch.id}> ."
-            if not delete_data and len(insert_data) > BULK_ADDITIONS:
-                self._bulk_add(patch.graph, insert_data, insert_index)
-                insert_data, insert_index = [], []
-            system = f"<{_SYSTEM.value}>"
-            update = (
-                f"DELETE DATA {{ GRAPH {g} {{ {' '.join(delete_data)} }} "
-                f"GRAPH {idx} {{ {' '.join(delete_index)} }} GRAPH {system} {{ {marker_old} }} }} ;\n"
-                f"INSERT DATA {{ GRAPH {g} {{ {' '.join(insert_data)} }} "
-                f"GRAPH {idx} {{ {' '.join(insert_index)} }} GRAPH {system} {{ {marker_new} }} }}"
-            )
+            plan = self._plan(patch)
+            if not plan.delete_data and len(plan.insert_data) > BULK_ADDITIONS:
+                self._bulk_add(patch.graph, plan.insert_data, plan.insert_index)
+                plan.insert_data, plan.insert_index = [], []
             try:
-                self._store.update(update)
+                self._store.update(plan.sparql())
             except (SyntaxError, OSError) as exc:
                 raise StoreError(f"the store refused patch {patch.id}: {exc}") from None
+
+    def contains(self, graph: str, statement: str) -> bool:
+        """Whether the graph holds this ground triple (given as a canonical statement)."""
+        return ox.Quad(*_triple(to_stored(statement)), ox.NamedNode(graph)) in self._store
+
+    def _plan(self, patch: Patch) -> _Plan:
+        current = self.version(patch.graph)
+        if current != patch.prev:
+            raise ChainError(f"store holds {patch.graph} at {current}, patch {patch.id} follows {patch.prev}")
+        plan = _Plan(patch)
+        for text, count in Counter(m.nquads for m in patch.removed).items():
+            msg = Msg.of(text)
+            statements = msg.statements
+            if "_:" not in text:
+                if not self.contains(patch.graph, statements[0]):
+                    raise PatchApplyError(f"patch {patch.id} removes a triple the graph does not hold: "
+                                          f"{statements[0]}")
+                plan.delete_data.append(f"{to_stored(statements[0])} .")
+                continue
+            found = sorted(_iri(q.subject) for q in self._store.quads_for_pattern(
+                None, _MSG, ox.Literal(msg.hash), _index_graph(patch.graph)))
+            if len(found) < count:
+                raise PatchApplyError(f"patch {patch.id} removes MSG sha256:{msg.hash} {count}x, the "
+                                      f"graph holds it {len(found)}x")
+            for instance_iri in found[:count]:
+                instance = instance_iri[len(SKOLEM_PREFIX):]
+                plan.delete_data.extend(f"{to_stored(_skolemise(s, instance))} ." for s in statements)
+                plan.delete_index.append(f'<{instance_iri}> <{_MSG.value}> "{msg.hash}" .')
+        plan.insert_data, plan.insert_index = self._additions(patch)
+        return plan
 
     @staticmethod
     def _additions(patch: Patch) -> tuple[list[str], list[str]]:
@@ -206,6 +204,29 @@ class GraphStore:
 
     def flush(self) -> None:
         self._store.flush()
+
+
+class _Plan:
+    """What applying one patch deletes and inserts, as SPARQL DATA blocks."""
+
+    def __init__(self, patch: Patch) -> None:
+        self.patch = patch
+        self.delete_data: list[str] = []
+        self.delete_index: list[str] = []
+        self.insert_data: list[str] = []
+        self.insert_index: list[str] = []
+
+    def sparql(self) -> str:
+        patch = self.patch
+        g, idx, system = f"<{patch.graph}>", f"<{_index_graph(patch.graph).value}>", f"<{_SYSTEM.value}>"
+        marker_old = f"{g} <{_VERSION.value}> <{patch.prev}> ." if patch.prev else ""
+        marker_new = f"{g} <{_VERSION.value}> <{patch.id}> ."
+        return (
+            f"DELETE DATA {{ GRAPH {g} {{ {' '.join(self.delete_data)} }} "
+            f"GRAPH {idx} {{ {' '.join(self.delete_index)} }} GRAPH {system} {{ {marker_old} }} }} ;\n"
+            f"INSERT DATA {{ GRAPH {g} {{ {' '.join(self.insert_data)} }} "
+            f"GRAPH {idx} {{ {' '.join(self.insert_index)} }} GRAPH {system} {{ {marker_new} }} }}"
+        )
 
 
 def _triple(statement: str) -> tuple[ox.NamedNode | ox.BlankNode, ox.NamedNode, ox.NamedNode | ox.Literal]:

