@@ -47,6 +47,8 @@ class Settings:
     max_body_bytes: int = 64 * 1024 * 1024
     # Patches per page of the archive container.
     page_size: int = 100
+    # Statements of current graph versions kept in memory to diff bulk re-publishes quickly.
+    msg_cache_statements: int = 2_000_000
 
     @property
     def db_url(self) -> str:

@@ -42,7 +42,8 @@ class Runtime:
         keys = KeyRing(settings.keys_dir)
         key = keys.ensure()
         canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)
-        publisher = Publisher(db, store, patch_log, key, canonicalizer, TrustedKeys(keys.jwks()))
+        publisher = Publisher(db, store, patch_log, key, canonicalizer, TrustedKeys(keys.jwks()),
+                              cache_statements=settings.msg_cache_statements)
         runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher)
         if repair:
             publisher.repair()

@@ -12,7 +12,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pyoxigraph as ox
@@ -20,7 +20,7 @@ import pyoxigraph as ox
 from lucid_hub.diff import GraphChange
 from lucid_hub.errors import LucidError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.msg import GraphMsgs, Msg, graph_msgs, split_graphs
+from lucid_hub.rdf.msg import GraphMsgs, Msg, by_hash, graph_msgs, split_graphs
 from lucid_hub.rdf.syntax import format_of_path, read_file
 
 # Measured break-even of the child process (≈0.1 s to start and hand back): ~6 MB per file
@@ -36,7 +36,7 @@ def diff_msgs(old: GraphMsgs, new: GraphMsgs) -> tuple[tuple[Msg, ...], tuple[Ms
         removed.extend([Msg.of(text)] * n)
     for text, n in (new.blank - old.blank).items():
         added.extend([Msg.of(text)] * n)
-    return tuple(sorted(removed)), tuple(sorted(added))
+    return tuple(by_hash(removed)), tuple(by_hash(added))
 
 
 def diff_graph(old: Iterable[ox.Quad], new: Iterable[ox.Quad], graph: str,
@@ -65,11 +65,12 @@ def diff_datasets(old: Iterable[ox.Quad], new: Iterable[ox.Quad], canonicalizer:
 
 
 def file_graph_msgs(path: Path, fmt: str | None, default_graph: str | None,
-                    canonicalizer: Canonicalizer) -> dict[str, GraphMsgs]:
-    """{graph IRI: MSGs} of an RDF file."""
+                    canonicalizer: Canonicalizer,
+                    progress: Callable[[int], None] | None = None) -> dict[str, GraphMsgs]:
+    """{graph IRI: MSGs} of an RDF file; `progress` gets the bytes read as it goes."""
     rdf_fmt = format_of_path(path, fmt)
     # Triple-term checks happen on each quad's text in split_graphs, more cheaply.
-    quads = read_file(path, fmt, check_terms=False)
+    quads = read_file(path, fmt, check_terms=False, progress=progress)
     builders = split_graphs(quads, default_graph, str(path), triples_only=not rdf_fmt.supports_datasets)
     return {graph: builder.build(canonicalizer) for graph, builder in builders.items()}
 

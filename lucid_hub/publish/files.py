@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
+
+import click
 
 from lucid_hub.config import Settings
 from lucid_hub.diff.local import file_graph_msgs
@@ -26,8 +30,10 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
     from lucid_hub.runtime import Runtime
 
     started = time.monotonic()
-    echo(f"reading {path} ({path.stat().st_size:,} bytes) ...")
-    graphs = file_graph_msgs(path, fmt, graph, canonicalizer)
+    size = path.stat().st_size
+    with click.progressbar(length=size, label=f"reading {path.name}", file=sys.stderr,
+                           hidden=not sys.stderr.isatty()) as bar:
+        graphs = file_graph_msgs(path, fmt, graph, canonicalizer, progress=bar.update)
     new = graphs.get(graph)
     if set(graphs) - {graph} or new is None:
         raise InputError(f"{path}: holds other graphs than <{graph}>")
@@ -51,12 +57,15 @@ def _publish_http(hub_url: str, path: Path, graph: str, *, author: str, message:
 
     rdf_fmt = format_of_path(path, fmt)
     media_type = rdf_fmt.media_type
-    echo(f"uploading {path} ({path.stat().st_size:,} bytes) to {hub_url} ...")
+    size = path.stat().st_size
     try:
-        with path.open("rb") as body:
-            response = requests.put(f"{hub_url.rstrip('/')}/graphs", params={"graph": graph}, data=body,
+        with path.open("rb") as raw, click.progressbar(length=size, label=f"uploading {path.name}",
+                                                       file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
+            response = requests.put(f"{hub_url.rstrip('/')}/graphs", params={"graph": graph},
+                                    data=_UploadBody(raw, size, bar.update), timeout=3600,
                                     headers={"Content-Type": media_type, "X-Lucid-Author": author,
-                                             "X-Lucid-Message": message}, timeout=3600)
+                                             "X-Lucid-Message": message})
+        echo("waiting for the hub to diff and publish ...")
     except requests.RequestException as exc:
         raise LucidError(f"cannot reach the hub at {hub_url}: {exc}") from None
     if response.status_code >= 400:
@@ -66,3 +75,18 @@ def _publish_http(hub_url: str, path: Path, graph: str, *, author: str, message:
         echo(f"published {result['patch']} (-{result['removed']} +{result['added']} MSGs)")
     else:
         echo(f"no changes: <{graph}> already has this content")
+
+
+class _UploadBody:
+    """A file streamed by requests (which sends Content-Length from len()), reporting progress."""
+
+    def __init__(self, raw: IO[bytes], size: int, progress: Callable[[int], None]) -> None:
+        self._raw, self._size, self._progress = raw, size, progress
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._progress(len(data))
+        return data

@@ -68,19 +68,79 @@ _INSERT_LOG = insert(LogEntry)
 _INSERT_OUTBOX = insert(Outbox)
 
 
-class GraphView:
-    """A graph's current content as a change computation sees it: whole (read on demand) or
-    one triple at a time, so small changes never read a large graph."""
+class MsgCache:
+    """MSG multisets of graphs at their current version, so a bulk re-publish need not read
+    the whole graph back from the store (10 s for a million triples). Bounded by the
+    number of statements held; kept current by applying each patch to it."""
 
-    def __init__(self, store: GraphStore, graph: str, exists: bool) -> None:
+    def __init__(self, max_statements: int) -> None:
+        self.max_statements = max_statements
+        self._entries: dict[str, tuple[str, GraphMsgs]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, graph: str, version: str | None) -> GraphMsgs | None:
+        with self._lock:
+            entry = self._entries.get(graph)
+            return entry[1] if entry is not None and entry[0] == version else None
+
+    def put(self, graph: str, version: str, msgs: GraphMsgs) -> None:
+        with self._lock:
+            self._entries.pop(graph, None)
+            if len(msgs) > self.max_statements:
+                return
+            while self._entries and sum(len(m) for _, m in self._entries.values()) + len(msgs) > self.max_statements:
+                self._entries.pop(next(iter(self._entries)))  # oldest first
+            self._entries[graph] = (version, msgs)
+
+    def advance(self, patch: Patch) -> None:
+        """Apply a patch to the cached multiset of its graph (if cached at its prev)."""
+        with self._lock:
+            entry = self._entries.pop(patch.graph, None)
+        if entry is None or entry[0] != patch.prev:
+            return
+        msgs = entry[1]
+        for msg in patch.removed:
+            if "_:" in msg.nquads:
+                msgs.blank[msg.nquads] -= 1
+                if msgs.blank[msg.nquads] <= 0:
+                    del msgs.blank[msg.nquads]
+            else:
+                msgs.ground.discard(msg.nquads[:-3])
+        for msg in patch.added:
+            if "_:" in msg.nquads:
+                msgs.blank[msg.nquads] += 1
+            else:
+                msgs.ground.add(msg.nquads[:-3])
+        self.put(patch.graph, patch.id, msgs)
+
+    def drop(self, graph: str) -> None:
+        with self._lock:
+            self._entries.pop(graph, None)
+
+
+class GraphView:
+    """A graph's current content as a change computation sees it: whole (from the cache or
+    read from the store) or one triple at a time, so small changes never read a large graph."""
+
+    def __init__(self, store: GraphStore, graph: str, version: str | None, cache: MsgCache) -> None:
         self.store = store
         self.graph = graph
-        self.exists = exists
+        self.version = version
+        self.exists = version is not None
+        self.cache = cache
         self._msgs: GraphMsgs | None = None
 
     def msgs(self) -> GraphMsgs:
+        """The graph's MSGs. The caller must not change them (they may be the cache's)."""
         if self._msgs is None:
-            self._msgs = self.store.graph_msgs(self.graph) if self.exists else GraphMsgs()
+            if not self.exists:
+                self._msgs = GraphMsgs()
+            else:
+                self._msgs = self.cache.get(self.graph, self.version)
+                if self._msgs is None:
+                    self._msgs = self.store.graph_msgs(self.graph)
+                    assert self.version is not None
+                    self.cache.put(self.graph, self.version, self._msgs)
         return self._msgs
 
     def contains(self, statement: str) -> bool:
@@ -91,13 +151,15 @@ class Publisher:
     """Versions the owned graphs of one hub."""
 
     def __init__(self, db: Database, store: GraphStore, patch_log: PatchLog, key: SigningKey,
-                 canonicalizer: Canonicalizer, trusted: TrustedKeys | None = None) -> None:
+                 canonicalizer: Canonicalizer, trusted: TrustedKeys | None = None,
+                 cache_statements: int = 2_000_000) -> None:
         self.db = db
         self.store = store
         self.log = patch_log
         self.key = key
         self.canonicalizer = canonicalizer
         self.trusted = trusted or TrustedKeys(jwks_of([key]))
+        self.cache = MsgCache(cache_statements)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._relay_lock = threading.Lock()
@@ -185,7 +247,7 @@ class Publisher:
                     raise PreconditionFailedError(f"<{graph}> is at version {head}, not {if_match}", head)
                 if expect_prev and prev != head:
                     raise ConflictError(f"patch follows {prev or 'nothing'}, but <{graph}> is at {head}", head)
-                change = compute(GraphView(self.store, graph, exists=head is not None))
+                change = compute(GraphView(self.store, graph, head, self.cache))
                 if change is None or change.is_empty:
                     if not caught_up and self._sync(graph):
                         continue  # "no change" against a stale store is no answer
@@ -201,13 +263,17 @@ class Publisher:
                     continue
                 _crash_point("after-archive-commit")
                 self.store.apply(patch)
+                self.cache.advance(patch)
                 break
         self._outbox_changed()
         return patch
 
     def replace(self, graph: str, new: GraphMsgs, **kwargs: Any) -> Patch | None:
-        """PUT: the graph's content becomes `new`."""
-        return self.publish(graph, lambda view: GraphChange(graph, *diff_msgs(view.msgs(), new)), **kwargs)
+        """PUT: the graph's content becomes `new` (which the publisher keeps; do not change it)."""
+        patch = self.publish(graph, lambda view: GraphChange(graph, *diff_msgs(view.msgs(), new)), **kwargs)
+        if patch is not None:
+            self.cache.put(graph, patch.id, new)  # exactly the new version's MSGs
+        return patch
 
     def merge(self, graph: str, new: GraphMsgs, **kwargs: Any) -> Patch | None:
         """POST: `new` is added; its blank nodes are new nodes (RDF merge)."""
@@ -255,6 +321,7 @@ class Publisher:
             self._append(patch)
             _crash_point("after-archive-commit")
             self.store.apply(patch)
+            self.cache.advance(patch)
         self._outbox_changed()
         return patch
 
@@ -314,6 +381,7 @@ class Publisher:
                     raise StoreError(f"store holds <{graph}> at {at}, which the archive does not know")
                 query = query.where(PatchRecord.seq > mark.seq)
             pending = list(session.scalars(query.order_by(PatchRecord.seq)))
+        self.cache.drop(graph)
         for record in pending:
             log.info("store catching up: applying %s to <%s>", record.id, graph)
             self.store.apply(read_rdf_patch(record.body, self.canonicalizer))

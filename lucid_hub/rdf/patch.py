@@ -16,7 +16,7 @@ from functools import cached_property
 import pyoxigraph as ox
 
 from lucid_hub.errors import PatchFormatError
-from lucid_hub.rdf.msg import Msg
+from lucid_hub.rdf.msg import Msg, by_hash
 from lucid_hub.rdf.statements import relabel
 
 ID_PREFIX = "urn:sha256:"
@@ -64,6 +64,11 @@ def patch_statement(statement: str, msg_index: int) -> str:
     return relabel(statement, lambda label: blank_label(msg_index, label))
 
 
+def _sorted_by_hash(msgs: tuple[Msg, ...]) -> bool:
+    hashes = [m.hash for m in msgs]
+    return hashes == sorted(hashes)
+
+
 @dataclass(frozen=True)
 class Patch:
     """The change between two consecutive versions of one graph, hash-chained by `prev`."""
@@ -88,7 +93,7 @@ class Patch:
             raise PatchFormatError("created time must carry a time zone")
         if self.created.microsecond % 1000:
             raise PatchFormatError("created time must be at millisecond precision (use utc_now())")
-        if list(self.removed) != sorted(self.removed) or list(self.added) != sorted(self.added):
+        if not (_sorted_by_hash(self.removed) and _sorted_by_hash(self.added)):
             raise PatchFormatError("removed and added MSGs must be sorted by hash")
 
     @classmethod
@@ -106,7 +111,7 @@ class Patch:
         """A patch with MSGs sorted and `created` at patch precision (now by default)."""
         when = utc_now() if created is None else created
         when = when.replace(microsecond=when.microsecond // 1000 * 1000)
-        return cls(graph, prev, author, message, when, tuple(sorted(removed)), tuple(sorted(added)))
+        return cls(graph, prev, author, message, when, tuple(by_hash(removed)), tuple(by_hash(added)))
 
     @property
     def is_empty(self) -> bool:
@@ -130,6 +135,9 @@ class Patch:
         lines.append(f"H created {created} .\n")
         lines.append("TX .\n")
         for index, (op, msg) in enumerate(self.rows()):
+            if "_:" not in msg.nquads:  # a ground triple: nothing to relabel
+                lines.append(f"{op} {msg.nquads[:-3]} {graph} .\n")
+                continue
             for line in msg.statements:
                 lines.append(f"{op} {patch_statement(line, index)} {graph} .\n")
         lines.append("TC .\n")

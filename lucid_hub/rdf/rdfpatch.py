@@ -16,7 +16,7 @@ import pyoxigraph as ox
 
 from lucid_hub.errors import PatchFormatError, PatchIntegrityError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.msg import Msg, graph_msgs
+from lucid_hub.rdf.msg import Msg, by_hash, graph_msgs
 from lucid_hub.rdf.patch import ID_PREFIX, XSD_DATETIME, Patch, check_patch_id, parse_created
 
 MEDIA_TYPE = "application/rdf-patch"
@@ -184,8 +184,8 @@ def read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
         author=author,
         message=message,
         created=parse_created(created),
-        removed=tuple(sorted(doc.removed)),
-        added=tuple(sorted(doc.added)),
+        removed=tuple(by_hash(doc.removed)),
+        added=tuple(by_hash(doc.added)),
         signature=doc.text("signature"),
     )
     claimed = doc.iri("id")

@@ -8,10 +8,11 @@ language tags are lower-cased, as RDF says they are case-insensitive. Triple ter
 from __future__ import annotations
 
 import gzip
+import io
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 import pyoxigraph as ox
 
@@ -111,15 +112,45 @@ def _syntax_message(exc: SyntaxError) -> str:
     return message
 
 
-def read_file(path: str | Path, fmt: str | None = None, *, check_terms: bool = True) -> Iterator[ox.Quad]:
-    """Parse an RDF file (gzip-compressed when it ends in .gz), format from its name."""
+def read_file(path: str | Path, fmt: str | None = None, *, check_terms: bool = True,
+              progress: Callable[[int], None] | None = None) -> Iterator[ox.Quad]:
+    """Parse an RDF file (gzip-compressed when it ends in .gz), format from its name.
+
+    `progress`, when given, is called with the number of bytes read as parsing proceeds.
+    """
     p = Path(path)
     rdf_fmt = format_of_path(p, fmt)
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     if p.suffix.lower() == ".gz":
         return _read_gzip(p, rdf_fmt, check_terms)
+    if progress is not None:
+        return _read_with_progress(p, rdf_fmt, check_terms, progress)
     return read_quads(p, rdf_fmt, name=str(p), check_terms=check_terms)
+
+
+class ProgressReader(io.RawIOBase):
+    """A binary file that reports how many bytes were read from it."""
+
+    def __init__(self, raw: IO[bytes], progress: Callable[[int], None]) -> None:
+        self._raw = raw
+        self._progress = progress
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._raw.read(len(buffer))
+        buffer[: len(data)] = data
+        self._progress(len(data))
+        return len(data)
+
+
+def _read_with_progress(p: Path, rdf_fmt: ox.RdfFormat, check_terms: bool,
+                        progress: Callable[[int], None]) -> Iterator[ox.Quad]:
+    with p.open("rb") as raw:
+        reader = io.BufferedReader(ProgressReader(raw, progress), buffer_size=1 << 20)
+        yield from read_quads(cast(IO[bytes], reader), rdf_fmt, name=str(p), check_terms=check_terms)
 
 
 def _read_gzip(p: Path, rdf_fmt: ox.RdfFormat, check_terms: bool) -> Iterator[ox.Quad]:

@@ -52,7 +52,7 @@ def _skolemise(statement: str, instance: str) -> str:
 
 def to_stored(statement: str) -> str:
     """A statement as the store keeps it (XSD datatypes moved to the reserved namespace)."""
-    return _XSD_DATATYPE.sub(_XSD_STORED, statement)
+    return _XSD_DATATYPE.sub(_XSD_STORED, statement) if "XMLSchema#" in statement else statement
 
 
 def from_stored(text: str) -> str:
