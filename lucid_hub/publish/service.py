@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from lucid_hub.db.models import Graph, LogEntry, Outbox, PatchRecord
@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 FAULT_ENV = "LUCID_FAULT"
 # Outbox rows the relay appends to the log per round (the most a crash can leave behind).
 RELAY_BATCH = 500
+# Seconds the background relay waits after a publish for more to batch with it.
+RELAY_COALESCE = 0.01
 # Compare-and-set attempts of one publish before it answers 409.
 CAS_ATTEMPTS = 3
 
@@ -66,6 +68,9 @@ _ADVANCE_FIRST = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head.is
 _INSERT_PATCH = insert(PatchRecord)
 _INSERT_LOG = insert(LogEntry)
 _INSERT_OUTBOX = insert(Outbox)
+_PENDING = (select(Outbox.seq, PatchRecord.graph, PatchRecord.id, PatchRecord.body)
+            .join(PatchRecord, PatchRecord.id == Outbox.patch_id).order_by(Outbox.seq).limit(RELAY_BATCH))
+_RELAYED = delete(Outbox).where(Outbox.seq <= bindparam("last"))
 
 
 class MsgCache:
@@ -253,7 +258,7 @@ class Publisher:
                         continue  # "no change" against a stale store is no answer
                     return None
                 patch = sign_patch(change.to_patch(head, author=author, message=message), self.key)
-                self.store.check(patch)  # a patch the store cannot apply is never archived
+                plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
                 try:
                     self._append(patch)
                 except ConflictError:
@@ -262,7 +267,7 @@ class Publisher:
                     self._sync(graph)
                     continue
                 _crash_point("after-archive-commit")
-                self.store.apply(patch)
+                self.store.apply(patch, plan)
                 self.cache.advance(patch)
                 break
         self._outbox_changed()
@@ -401,7 +406,10 @@ class Publisher:
 
         def loop() -> None:
             while not self._stopping.is_set():
-                self._relay_wanted.wait(interval)
+                if self._relay_wanted.wait(interval) and not self._stopping.is_set():
+                    # Let a burst of publishes gather into one batch: fewer round trips,
+                    # and the relay does not compete with every single request.
+                    self._stopping.wait(RELAY_COALESCE)
                 self._relay_wanted.clear()
                 try:
                     self.relay()
@@ -427,18 +435,14 @@ class Publisher:
         moved = 0
         with self._relay_lock:
             while True:
-                with self.db.session() as session:
-                    rows = session.execute(
-                        select(Outbox.seq, PatchRecord.graph, PatchRecord.id, PatchRecord.body)
-                        .join(PatchRecord, PatchRecord.id == Outbox.patch_id)
-                        .order_by(Outbox.seq).limit(RELAY_BATCH)
-                    ).all()
+                with self.db.engine.connect() as conn:
+                    rows = conn.execute(_PENDING).all()
                 if not rows:
                     return moved
                 self.log.append([LogRecord(graph, pid, body) for _, graph, pid, body in rows])
                 _crash_point("after-log-append")
-                with self.db.session() as session:
-                    session.query(Outbox).filter(Outbox.seq <= rows[-1][0]).delete()
+                with self.db.engine.begin() as conn:
+                    conn.execute(_RELAYED, {"last": rows[-1][0]})
                 moved += len(rows)
 
     def repair(self) -> None:

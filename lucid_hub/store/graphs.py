@@ -116,18 +116,24 @@ class GraphStore:
         assert data is not None
         return from_stored(data.decode())
 
-    def check(self, patch: Patch) -> None:
-        """Raise what `apply` would raise, changing nothing (publishers call it before archiving)."""
-        self._plan(patch)
+    def check(self, patch: Patch, version: str | None = None) -> Plan:
+        """Raise what `apply` would raise, changing nothing; the plan can be handed to `apply`.
 
-    def apply(self, patch: Patch) -> None:
+        Publishers check before archiving, so a patch the store cannot apply is never archived.
+        `version`, the graph's version if the caller has just read it, saves reading it again.
+        """
+        return self._plan(patch, version)
+
+    def apply(self, patch: Patch, plan: Plan | None = None) -> None:
         """Apply a patch atomically (or, for a large add-only one, idempotently).
 
         ChainError when the graph is not at the patch's `prev`; PatchApplyError when a
-        removed MSG is missing (nothing changes in either case).
+        removed MSG is missing (nothing changes in either case). A `plan` from `check` is
+        reused when the graph has not moved since.
         """
         with self._lock:
-            plan = self._plan(patch)
+            if plan is None or plan.patch is not patch or self.version(patch.graph) != patch.prev:
+                plan = self._plan(patch)
             if not plan.delete_data and len(plan.insert_data) > BULK_ADDITIONS:
                 self._bulk_add(patch.graph, plan.insert_data, plan.insert_index)
                 plan.insert_data, plan.insert_index = [], []
@@ -140,11 +146,11 @@ class GraphStore:
         """Whether the graph holds this ground triple (given as a canonical statement)."""
         return ox.Quad(*_triple(to_stored(statement)), ox.NamedNode(graph)) in self._store
 
-    def _plan(self, patch: Patch) -> _Plan:
-        current = self.version(patch.graph)
+    def _plan(self, patch: Patch, version: str | None = None) -> Plan:
+        current = version if version is not None else self.version(patch.graph)
         if current != patch.prev:
             raise ChainError(f"store holds {patch.graph} at {current}, patch {patch.id} follows {patch.prev}")
-        plan = _Plan(patch)
+        plan = Plan(patch)
         for text, count in Counter(m.nquads for m in patch.removed).items():
             msg = Msg.of(text)
             statements = msg.statements
@@ -206,7 +212,7 @@ class GraphStore:
         self._store.flush()
 
 
-class _Plan:
+class Plan:
     """What applying one patch deletes and inserts, as SPARQL DATA blocks."""
 
     def __init__(self, patch: Patch) -> None:
