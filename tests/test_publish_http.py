@@ -138,9 +138,11 @@ def test_uploaded_patch_with_wrong_id_or_signature_is_422(hub: RunningHub, canon
     patch = Patch.build(G, v1, [], [read_rdf_patch(requests.get(f"{hub.url}/patches/{v1}", timeout=30).content,
                                                    canonicalizer).added[0]])
     headers = {"Content-Type": "application/rdf-patch"}
-    tampered = write_rdf_patch(patch).replace(b"H author", b"H author \"x\" .\nH message", 1)
+    # The content changed under the original id: the id no longer matches.
+    tampered = write_rdf_patch(patch).replace(b'"days"', b'"weeks"')
+    assert tampered != write_rdf_patch(patch)
     bad_id = requests.post(f"{hub.url}/patches", params={"graph": G}, data=tampered, headers=headers, timeout=30)
-    assert bad_id.status_code in (400, 422)
+    assert bad_id.status_code == 422 and "claimed id" in bad_id.text
     foreign = write_rdf_patch(sign_patch(patch, signing_key))  # signed by a key this hub does not know
     bad_sig = requests.post(f"{hub.url}/patches", params={"graph": G}, data=foreign, headers=headers, timeout=30)
     assert bad_sig.status_code == 422 and "unknown key" in bad_sig.text

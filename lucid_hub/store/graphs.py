@@ -200,8 +200,8 @@ class GraphStore:
     def drop(self, graph: str) -> None:
         """Remove a graph, its index and its version marker (for tests and re-clones)."""
         with self._lock:
-            self._store.remove_graph(ox.NamedNode(graph)) if self._store.contains_named_graph(
-                ox.NamedNode(graph)) else None
+            if self._store.contains_named_graph(ox.NamedNode(graph)):
+                self._store.remove_graph(ox.NamedNode(graph))
             for q in list(self._store.quads_for_pattern(ox.NamedNode(graph), _VERSION, None, _SYSTEM)):
                 self._store.remove(q)
             index = _index_graph(graph)
