@@ -197,17 +197,6 @@ class GraphStore:
         except (SyntaxError, OSError) as exc:
             raise StoreError(f"bulk load into {graph} failed: {exc}") from None
 
-    def drop(self, graph: str) -> None:
-        """Remove a graph, its index and its version marker (for tests and re-clones)."""
-        with self._lock:
-            if self._store.contains_named_graph(ox.NamedNode(graph)):
-                self._store.remove_graph(ox.NamedNode(graph))
-            for q in list(self._store.quads_for_pattern(ox.NamedNode(graph), _VERSION, None, _SYSTEM)):
-                self._store.remove(q)
-            index = _index_graph(graph)
-            if self._store.contains_named_graph(index):
-                self._store.remove_graph(index)
-
     def flush(self) -> None:
         self._store.flush()
 
