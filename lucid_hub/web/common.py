@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from urllib.parse import quote
 
 import pyoxigraph as ox
@@ -39,14 +40,14 @@ def graph_param() -> str:
     return graph
 
 
-def body_quads(base_iri: str) -> list[ox.Quad]:
-    """The request body parsed as RDF by its Content-Type (415 for others)."""
+def body_quads(base_iri: str) -> Iterator[ox.Quad]:
+    """The request body parsed as RDF by its Content-Type (415 for others), streaming."""
     media_type = (request.mimetype or "").lower()
     fmt = RDF_MEDIA_TYPES.get(media_type)
     if fmt is None:
         known = ", ".join(RDF_MEDIA_TYPES)
         raise UnsupportedMediaTypeError(f"Content-Type {media_type or '(none)'} is not RDF; use one of {known}")
-    return list(read_quads(request.get_data(cache=False), fmt, base_iri=base_iri, name="request body"))
+    return read_quads(request.get_data(cache=False), fmt, base_iri=base_iri, name="request body")
 
 
 def author() -> str:

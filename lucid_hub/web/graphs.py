@@ -53,14 +53,15 @@ def render(graph: str, statements: list[str], media_type: str) -> bytes:
 
 
 def _body_msgs(graph: str) -> GraphMsgs:
-    quads = body_quads(graph)
-    check_no_skolem((str(q) for q in quads), "request body")
-    builders = split_graphs(quads, graph, "request body")
+    builders = split_graphs(body_quads(graph), graph, "request body")
     other = sorted(set(builders) - {graph})
     if other:
         raise InputError(f"request body holds graph <{other[0]}>; /graphs?graph=<{graph}> takes its triples only")
     builder = builders.get(graph)
-    return builder.build(runtime().canonicalizer) if builder else GraphMsgs()
+    msgs = builder.build(runtime().canonicalizer) if builder else GraphMsgs()
+    check_no_skolem(msgs.ground, "request body")
+    check_no_skolem(msgs.blank, "request body")
+    return msgs
 
 
 def _if_match() -> str | None:
