@@ -14,6 +14,7 @@ import pyoxigraph as ox
 
 from lucid_hub import __version__
 from lucid_hub.config import Settings
+from lucid_hub.diff import DiffEngine
 from lucid_hub.errors import InputError, InputTooLargeError, LucidError
 from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
@@ -96,20 +97,22 @@ def canon(state: _Context, file: Path, input_format: str | None, algorithm: str)
 @click.option("--format", "fmt", type=click.Choice(PATCH_FORMATS), default="rdf-patch",
               show_default=True)
 @click.option("--input-format", help="RDF syntax of OLD and NEW (default: from extensions).")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: in process; spark: a Spark job (LUCID_SPARK_MASTER) for bulk snapshots.")
 @pass_ctx
 def diff(state: _Context, old: Path, new: Path, graph: str | None, prev: str | None, author: str,
          message: str, created: str | None, key_file: Path | None, fmt: str,
-         input_format: str | None) -> None:
-    """Print the patch that turns OLD into NEW, one per changed graph."""
-    from lucid_hub.diff.local import LocalDiffEngine
+         input_format: str | None, engine: str) -> None:
+    """Print the patch that turns OLD into NEW, one per changed graph.
+
+    OLD and NEW are files; with --engine spark also directories of .nt/.nq(.gz) files."""
     from lucid_hub.signing import load_key, sign_patch
 
     if prev is not None:
         check_patch_id(prev, "--prev")
     when = _parse_time(created) if created else None
     key = load_key(key_file) if key_file else None
-    changes = LocalDiffEngine(state.canonicalizer).diff_files(
-        old, new, default_graph=graph, fmt=input_format)
+    changes = _engine(state, engine).diff_files(old, new, default_graph=graph, fmt=input_format)
     if prev is not None and len(changes) > 1:
         raise InputError("--prev names the version of one graph, but several graphs changed; "
                          "diff one graph at a time")
@@ -121,6 +124,18 @@ def diff(state: _Context, old: Path, new: Path, graph: str | None, prev: str | N
             patch = sign_patch(patch, key)
         sys.stdout.buffer.write(write_patch(patch, fmt))
     sys.stdout.flush()
+
+
+def _engine(state: _Context, engine: str) -> DiffEngine:
+    if engine == "spark":
+        from lucid_hub.diff.spark import SparkDiffEngine, spark_session
+
+        settings = state.settings
+        spark = spark_session(settings.spark_master, settings.spark_settings())
+        return SparkDiffEngine(spark, settings.canon_timeout, settings.canon_memory_mb)
+    from lucid_hub.diff.local import LocalDiffEngine
+
+    return LocalDiffEngine(state.canonicalizer)
 
 
 def _parse_time(text: str) -> datetime:

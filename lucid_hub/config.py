@@ -49,6 +49,19 @@ class Settings:
     page_size: int = 100
     # Statements of current graph versions kept in memory to diff bulk re-publishes quickly.
     msg_cache_statements: int = 2_000_000
+    # Spark master for diff jobs, and `spark.*` settings passed through ("key=value,key=value").
+    spark_master: str = "local[*]"
+    spark_conf: str = ""
+
+    def spark_settings(self) -> dict[str, str]:
+        """LUCID_SPARK_CONF as a dict of `spark.*` settings."""
+        out = {}
+        for item in filter(None, (part.strip() for part in self.spark_conf.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep or not key.startswith("spark."):
+                raise ConfigError(f"LUCID_SPARK_CONF: {item!r} is not spark.key=value")
+            out[key.strip()] = value.strip()
+        return out
 
     @property
     def db_url(self) -> str:

@@ -204,3 +204,15 @@ def assert_consistent(runtime) -> None:  # type: ignore[no-untyped-def]
         assert [p.prev for p in chain] == [None] + [p.id for p in chain[:-1]]
         assert graph.head == (chain[-1].id if chain else None)
         assert runtime.store.version(graph.iri) == graph.head
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local SparkSession for the whole test session (it takes 10-20 s to start)."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[test]'")
+    from lucid_hub.diff.spark import spark_session
+
+    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

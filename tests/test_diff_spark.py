@@ -1,0 +1,108 @@
+"""The Spark engine gives the same changes, and byte-identical patches, as the local engine.
+
+Real Spark in local mode, one session for the whole test run.
+"""
+
+from __future__ import annotations
+
+import gzip
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyoxigraph as ox
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from lucid_hub.diff.local import LocalDiffEngine
+from lucid_hub.diff.spark import SparkDiffEngine
+from lucid_hub.errors import CanonicalizationLimitExceeded, RdfSyntaxError, UnsupportedRdfError
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.rdfpatch import write_rdf_patch
+from tests.test_properties import graphs
+
+pytestmark = pytest.mark.slow
+WHEN = datetime(2026, 6, 1, tzinfo=UTC)
+XSD = "http://www.w3.org/2001/XMLSchema#"
+OLD = (f'<http://ex/s> <http://ex/p> "01"^^<{XSD}integer> <http://ex/g1> .\n'
+       '<http://ex/s> <http://ex/q> _:x <http://ex/g1> .\n_:x <http://ex/v> "a \\"quoted\\"\\nline" <http://ex/g1> .\n'
+       '<http://ex/a> <http://ex/p> _:y <http://ex/g2> .\n<http://ex/a> <http://ex/p> _:z <http://ex/g2> .\n'
+       '<http://ex/k> <http://ex/p> "unchanged" <http://ex/g4> .\n'
+       '_:l1 <http://www.w3.org/1999/02/22-rdf-syntax-ns#first> "x"@de <http://ex/g2> .\n'
+       '_:l1 <http://www.w3.org/1999/02/22-rdf-syntax-ns#rest> _:l2 <http://ex/g2> .\n'
+       '_:l2 <http://www.w3.org/1999/02/22-rdf-syntax-ns#first> "ünï" <http://ex/g2> .\n'
+       '_:l2 <http://www.w3.org/1999/02/22-rdf-syntax-ns#rest> <http://www.w3.org/1999/02/22-rdf-syntax-ns#nil> <http://ex/g2> .\n')
+NEW = (f'<http://ex/s> <http://ex/p> "1"^^<{XSD}integer> <http://ex/g1> .\n'
+       '<http://ex/s> <http://ex/q> _:other <http://ex/g1> .\n_:other <http://ex/v> "a \\"quoted\\"\\nline" <http://ex/g1> .\n'
+       '<http://ex/a> <http://ex/p> _:y <http://ex/g2> .\n'
+       '<http://ex/k> <http://ex/p> "unchanged" <http://ex/g4> .\n'
+       '<http://ex/n> <http://ex/p> _:m <http://ex/g3> .\n')
+
+
+def both(spark, old: Path, new: Path, canonicalizer: Canonicalizer, **kwargs):  # type: ignore[no-untyped-def]
+    remote = SparkDiffEngine(spark).diff_files(old, new, **kwargs)
+    local = LocalDiffEngine(canonicalizer).diff_files(old, new, **kwargs)
+    return remote, local
+
+
+def test_multi_graph_snapshot_gives_byte_identical_patches(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                           canonicalizer: Canonicalizer) -> None:
+    (tmp_path / "old.nq").write_text(OLD)
+    (tmp_path / "new.nq").write_text(NEW)
+    remote, local = both(spark, tmp_path / "old.nq", tmp_path / "new.nq", canonicalizer)
+    assert [c.graph for c in remote] == ["http://ex/g1", "http://ex/g2", "http://ex/g3"]  # g4 unchanged: no patch
+    assert remote == local
+    for a, b in zip(remote, local, strict=True):
+        assert write_rdf_patch(a.to_patch(None, created=WHEN)) == write_rdf_patch(b.to_patch(None, created=WHEN))
+
+
+def test_gzip_and_non_lean_duplicates(spark, tmp_path: Path, canonicalizer: Canonicalizer) -> None:  # type: ignore[no-untyped-def]
+    old = '<http://ex/a> <http://ex/p> _:x .\n<http://ex/a> <http://ex/p> _:y .\n<http://ex/a> <http://ex/p> _:w .\n'
+    new = '<http://ex/a> <http://ex/p> _:q .\n<http://ex/b> <http://ex/p> "1" .\n<http://ex/b> <http://ex/p> "1" .\n'
+    (tmp_path / "old.nt.gz").write_bytes(gzip.compress(old.encode()))
+    (tmp_path / "new.nt").write_text(new)
+    remote, local = both(spark, tmp_path / "old.nt.gz", tmp_path / "new.nt", canonicalizer, default_graph="http://ex/g")
+    (change,) = remote
+    assert len(change.removed) == 2 and len(change.added) == 1  # 3 -> 1 copies of one MSG; one ground triple
+    assert remote == local
+
+
+def test_directory_snapshots_scope_blank_nodes_per_file(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        canonicalizer: Canonicalizer) -> None:
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    (tmp_path / "old" / "part1.nt").write_text('<http://ex/a> <http://ex/p> _:b .\n_:b <http://ex/v> "1" .\n')
+    (tmp_path / "old" / "part2.nt").write_text('<http://ex/c> <http://ex/p> _:b .\n_:b <http://ex/v> "2" .\n')
+    (tmp_path / "new" / "all.nt").write_text('<http://ex/a> <http://ex/p> _:b1 .\n_:b1 <http://ex/v> "1" .\n'
+                                             '<http://ex/c> <http://ex/p> _:b2 .\n_:b2 <http://ex/v> "2" .\n')
+    remote = SparkDiffEngine(spark).diff_files(tmp_path / "old", tmp_path / "new", default_graph="http://ex/g")
+    assert remote == []  # the same two MSGs: _:b of part1 and _:b of part2 are different nodes
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=graphs(), b=graphs())
+def test_engines_agree_on_random_graphs(spark, tmp_path_factory: pytest.TempPathFactory,  # type: ignore[no-untyped-def]
+                                        canonicalizer: Canonicalizer, a: list[ox.Quad], b: list[ox.Quad]) -> None:
+    directory = tmp_path_factory.mktemp("random")
+    (directory / "a.nt").write_bytes(ox.serialize(a, format=ox.RdfFormat.N_QUADS) or b"")
+    (directory / "b.nt").write_bytes(ox.serialize(b, format=ox.RdfFormat.N_QUADS) or b"")
+    remote, local = both(spark, directory / "a.nt", directory / "b.nt", canonicalizer, default_graph="http://ex/g")
+    assert remote == local
+
+
+def test_malformed_line_is_reported_with_file_and_line(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "old.nt").write_text('<http://ex/a> <http://ex/p> "1" .\n')
+    (tmp_path / "new.nt").write_text('<http://ex/a> <http://ex/p> "1" .\n<http://ex/a> <http://ex/p> "2" .\n'
+                                     '<http://ex/a> <http://ex/p> "broken .\n')
+    with pytest.raises(RdfSyntaxError, match=r"new\.nt: line 3"):
+        SparkDiffEngine(spark).diff_files(tmp_path / "old.nt", tmp_path / "new.nt", default_graph="http://ex/g")
+    with pytest.raises(UnsupportedRdfError, match="name their graph"):
+        SparkDiffEngine(spark).diff_files(tmp_path / "old.nt", tmp_path / "old.nt")
+
+
+def test_pathological_msg_fails_with_the_limit_error_naming_its_size(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    clique = "".join(f"_:e{i} <http://ex/p> _:e{j} .\n" for i in range(10) for j in range(10))
+    (tmp_path / "old.nt").write_text("")
+    (tmp_path / "new.nt").write_text(clique)
+    with pytest.raises(CanonicalizationLimitExceeded, match="10 blank nodes and 100 statements"):
+        SparkDiffEngine(spark, canon_timeout=1.0).diff_files(tmp_path / "old.nt", tmp_path / "new.nt",
+                                                             default_graph="http://ex/g")
