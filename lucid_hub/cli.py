@@ -266,15 +266,17 @@ def serve(state: _Context, host: str | None, port: int | None, server_kind: str,
 @click.option("--author", default="", help="Patch author (default: your user name).")
 @click.option("--hub", "hub_url", help="URL of a running hub (default: publish into LUCID_DATA_DIR directly).")
 @click.option("--input-format", help="RDF syntax of FILE (default: from its extension).")
+@click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default="auto", show_default=True,
+              help="Diff engine; auto uses Spark from LUCID_SPARK_THRESHOLD_BYTES on.")
 @pass_ctx
 def publish(state: _Context, file: Path, graph: str, message: str, author: str, hub_url: str | None,
-            input_format: str | None) -> None:
+            input_format: str | None, engine: str) -> None:
     """Publish FILE as the new version of a graph (replace semantics)."""
     from lucid_hub.publish.files import publish_file
 
     who = author or os.environ.get("USER", "") or "cli"
     publish_file(state.settings, file, graph, author=who, message=message, hub_url=hub_url,
-                 fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo)
+                 fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo, engine=engine)
 
 
 @cli.command("log")

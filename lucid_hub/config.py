@@ -52,6 +52,8 @@ class Settings:
     # Spark master for diff jobs, and `spark.*` settings passed through ("key=value,key=value").
     spark_master: str = "local[*]"
     spark_conf: str = ""
+    # Files at least this large are published with the Spark engine (when pyspark is installed).
+    spark_threshold_bytes: int = 256 * 1024 * 1024
 
     def spark_settings(self) -> dict[str, str]:
         """LUCID_SPARK_CONF as a dict of `spark.*` settings."""

@@ -106,3 +106,58 @@ def test_pathological_msg_fails_with_the_limit_error_naming_its_size(spark, tmp_
     with pytest.raises(CanonicalizationLimitExceeded, match="10 blank nodes and 100 statements"):
         SparkDiffEngine(spark, canon_timeout=1.0).diff_files(tmp_path / "old.nt", tmp_path / "new.nt",
                                                              default_graph="http://ex/g")
+
+
+def test_publish_with_the_spark_engine_archives_the_same_patch(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                               canonicalizer: Canonicalizer) -> None:
+    from lucid_hub.config import Settings
+    from lucid_hub.diff.local import diff_graph
+    from lucid_hub.publish.files import publish_file
+    from lucid_hub.runtime import Runtime
+    from tests.conftest import assert_consistent, parse_nt
+
+    v1 = '<http://ex/a> <http://ex/p> _:x .\n_:x <http://ex/v> "1" .\n<http://ex/b> <http://ex/p> "keep" .\n'
+    v2 = '<http://ex/a> <http://ex/p> _:y .\n_:y <http://ex/v> "2" .\n<http://ex/b> <http://ex/p> "keep" .\n'
+    (tmp_path / "v1.nt").write_text(v1)
+    (tmp_path / "v2.nt").write_text(v2)
+    settings = Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data")})
+    lines: list[str] = []
+    for version in ("v1.nt", "v2.nt"):
+        publish_file(settings, tmp_path / version, "http://ex/g", author="a", message="m", hub_url=None, fmt=None,
+                     canonicalizer=canonicalizer, echo=lines.append, engine="spark", spark=spark)
+    assert any("diffing with Spark" in line for line in lines)
+    runtime = Runtime.open(settings)
+    try:
+        history = runtime.publisher.history("http://ex/g")
+        assert len(history) == 2
+        expected = diff_graph(parse_nt(v1), parse_nt(v2), "http://ex/g", canonicalizer)
+        assert (history[1].removed, history[1].added) == (len(expected.removed), len(expected.added)) == (1, 1)
+        assert_consistent(runtime)
+    finally:
+        runtime.close()
+
+
+def test_spark_submit_runs_the_job_module(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    if not submit.exists():
+        pytest.skip(f"the pyspark package has no spark-submit at {submit}")
+    (tmp_path / "old.nq").write_text(OLD)
+    (tmp_path / "new.nq").write_text(NEW)
+    job = Path(__file__).parent.parent / "lucid_hub" / "diff" / "spark_job.py"
+    result = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false", str(job),
+                             str(tmp_path / "old.nq"), str(tmp_path / "new.nq"), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable}, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    patches = sorted((tmp_path / "out").glob("*.rdfp"))
+    assert [p.read_text().split("\n")[1] for p in patches] == [
+        "H graph <http://ex/g1> .", "H graph <http://ex/g2> .", "H graph <http://ex/g3> ."]
+    local = run_cli("diff", tmp_path / "old.nq", tmp_path / "new.nq")
+    removed_added = [line for line in local.out.splitlines() if line[:2] in ("D ", "A ")]
+    assert removed_added == [line for p in patches for line in p.read_text().splitlines() if line[:2] in ("D ", "A ")]

@@ -6,8 +6,8 @@ are diffed with one shuffle (tagged union, group-by); blank-node triples are gro
 MSGs by connected components (iterative min-label propagation with DataFrames, checkpointed);
 each MSG is canonicalised on the executors by the same `lucid_hub.rdf` code the local
 engine uses; the MSG multisets of both versions are differenced with one more group-by.
-Run in process (`local[*]` by default) or as a job on any Spark master (`python -m
-lucid_hub.diff.spark`, see docs/spark.md).
+Run in process (`local[*]` by default) or as a job on any Spark master (spark-submit of
+`lucid_hub/diff/spark_job.py`, see docs/spark.md).
 """
 
 from __future__ import annotations
@@ -33,11 +33,16 @@ CHECKPOINT_EVERY = 4
 _ERROR = re.compile(r"lucid_hub\.errors\.(\w+): (.+)")
 
 
-def spark_session(master: str = "local[*]", conf: dict[str, str] | None = None) -> Any:
-    """A SparkSession for diff jobs: `master` and `spark.*` settings pass through."""
+def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession for diff jobs: `master` and `spark.*` settings pass through.
+
+    `master=None` leaves the master to spark-submit (settings made in code would win over it).
+    """
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName("lucid-hub diff")
+    builder = SparkSession.builder.appName("lucid-hub diff")
+    if master is not None:
+        builder = builder.master(master)
     settings = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                 "spark.ui.showConsoleProgress": "true", **(conf or {})}
     for key, value in settings.items():
@@ -216,3 +221,39 @@ def _unwrap(exc: Exception) -> LucidError:
             return cls(message.strip())
     first = " ".join(str(exc).split())[:300]
     return LucidError(f"the Spark job failed: {first}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """spark-submit entry point: diff two snapshots, write one unsigned patch per changed graph.
+
+    The hub signs patches when it publishes them; the cluster never holds its key.
+    """
+    import argparse
+    import sys
+
+    from lucid_hub.rdf.rdfpatch import write_rdf_patch
+
+    parser = argparse.ArgumentParser(prog="lucid_hub.diff.spark", description=main.__doc__)
+    parser.add_argument("old", type=Path)
+    parser.add_argument("new", type=Path)
+    parser.add_argument("--graph", help="graph of default-graph triples")
+    parser.add_argument("--out", type=Path, help="directory for the patches (default: standard output)")
+    parser.add_argument("--master", help="Spark master (default: spark-submit's)")
+    args = parser.parse_args(argv)
+    spark = spark_session(args.master)
+    try:
+        changes = SparkDiffEngine(spark).diff_files(args.old, args.new, default_graph=args.graph)
+    except LucidError as exc:
+        print(f"lucid-hub: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    for n, change in enumerate(changes):
+        body = write_rdf_patch(change.to_patch(None))
+        if args.out is None:
+            sys.stdout.buffer.write(body)
+        else:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"{n:05d}.rdfp").write_bytes(body)
+    return 0
+

@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select, update
@@ -272,6 +273,20 @@ class Publisher:
                 break
         self._outbox_changed()
         return patch
+
+    def export(self, graph: str, path: Path) -> str | None:
+        """Write the graph's current content as N-Triples (empty if the graph is new); its version."""
+        with self._lock(graph):
+            try:
+                self.head(graph)
+            except NotFoundError:
+                path.write_bytes(b"")
+                return None
+            self._sync(graph)
+            version = self.store.version(graph)
+            with path.open("w", encoding="utf-8") as out:
+                out.writelines(f"{s} .\n" for s in self.store.statements(graph))
+            return version
 
     def replace(self, graph: str, new: GraphMsgs, **kwargs: Any) -> Patch | None:
         """PUT: the graph's content becomes `new` (which the publisher keeps; do not change it)."""
