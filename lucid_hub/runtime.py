@@ -53,7 +53,7 @@ class Runtime:
         self.publisher.stop_relay()
         self.log.close()
         self.canonicalizer.close()
-        self.store.flush()
+        self.store.close()
         self.db.dispose()
 
 

@@ -161,3 +161,23 @@ def test_spark_submit_runs_the_job_module(tmp_path: Path, run_cli) -> None:  # t
     local = run_cli("diff", tmp_path / "old.nq", tmp_path / "new.nq")
     removed_added = [line for line in local.out.splitlines() if line[:2] in ("D ", "A ")]
     assert removed_added == [line for p in patches for line in p.read_text().splitlines() if line[:2] in ("D ", "A ")]
+
+
+def test_a_failed_spark_publish_publishes_nothing(spark, tmp_path: Path, canonicalizer: Canonicalizer) -> None:  # type: ignore[no-untyped-def]
+    from lucid_hub.config import Settings
+    from lucid_hub.publish.files import publish_file
+    from lucid_hub.runtime import Runtime
+
+    (tmp_path / "v1.nt").write_text('<http://ex/a> <http://ex/p> "1" .\n')
+    (tmp_path / "bad.nt").write_text('<http://ex/a> <http://ex/p> "2" .\n<http://ex/a> <http://ex/p> "broken .\n')
+    settings = Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data")})
+    kwargs = {"author": "a", "message": "m", "hub_url": None, "fmt": None, "canonicalizer": canonicalizer,
+              "echo": lambda _line: None, "engine": "spark", "spark": spark}
+    publish_file(settings, tmp_path / "v1.nt", "http://ex/g", **kwargs)
+    with pytest.raises(RdfSyntaxError, match=r"bad\.nt: line 2"):
+        publish_file(settings, tmp_path / "bad.nt", "http://ex/g", **kwargs)
+    runtime = Runtime.open(settings)
+    try:
+        assert len(runtime.publisher.history("http://ex/g")) == 1
+    finally:
+        runtime.close()

@@ -24,7 +24,7 @@ from lucid_hub import errors
 from lucid_hub.diff import GraphChange
 from lucid_hub.errors import InputError, LucidError, RdfSyntaxError, UnsupportedRdfError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.msg import Msg, by_hash
+from lucid_hub.rdf.msg import Msg, by_hash, msg_hash
 from lucid_hub.rdf.syntax import has_triple_term
 
 LINE_SUFFIXES = (".nt", ".nq", ".nt.gz", ".nq.gz")
@@ -104,9 +104,11 @@ def _parse_partition(rows: Iterable[tuple[str, int]], side: str, file_id: int, f
         yield side, graph, statement, nodes[0] if nodes else None, nodes[1] if len(nodes) > 1 else None
 
 
-def _canonical(row: tuple[tuple[str, str], list[str]], timeout: float, memory_mb: int) -> tuple[str, str, str]:
+def _canonical(row: tuple[tuple[str, str], list[str]], timeout: float, memory_mb: int) -> tuple[str, str, str, str]:
+    """(side, graph, MSG hash, canonical form) of one blank-node component, on an executor."""
     (side, graph), statements = row
-    return side, graph, _canonicalizer(timeout, memory_mb).canonicalize(statements)
+    text = _canonicalizer(timeout, memory_mb).canonicalize(statements)
+    return side, graph, msg_hash(text), text
 
 
 # --- driver side ------------------------------------------------------------------------
@@ -158,20 +160,23 @@ class SparkDiffEngine:
             quads.unpersist()
         removed: dict[str, list[Msg]] = {}
         added: dict[str, list[Msg]] = {}
-        for graph, text, in_old, times in ground + blank:
-            (removed if in_old else added).setdefault(graph, []).extend([Msg.of(text)] * times)
+        for graph, digest, text, in_old, times in ground + blank:
+            (removed if in_old else added).setdefault(graph, []).extend([Msg(digest, text)] * times)
         return [GraphChange(g, tuple(by_hash(removed.get(g, []))), tuple(by_hash(added.get(g, []))))
                 for g in sorted(removed.keys() | added.keys())]
 
     @staticmethod
-    def _ground_changes(quads: Any, F: Any) -> list[tuple[str, str, bool, int]]:
-        """Ground triples in one version only (a graph is a set: each counts once)."""
+    def _ground_changes(quads: Any, F: Any) -> list[tuple[str, str, str, bool, int]]:
+        """Ground triples in one version only (a graph is a set: each counts once), hashed on
+        the executors: Spark's sha2 of the UTF-8 line is the MSG hash of a ground triple."""
         ground = quads.where(F.col("a").isNull()).select("side", "graph", "stmt").distinct()
         tagged = ground.groupBy("graph", "stmt").agg(
             F.max((F.col("side") == "o").cast("int")).alias("o"), F.max((F.col("side") == "n").cast("int")).alias("n"))
-        return [(r.graph, f"{r.stmt} .\n", bool(r.o), 1) for r in tagged.where(F.col("o") != F.col("n")).collect()]
+        changed = tagged.where(F.col("o") != F.col("n")).withColumn(
+            "line", F.concat(F.col("stmt"), F.lit(" .\n"))).withColumn("hash", F.sha2(F.col("line"), 256))
+        return [(r.graph, r.hash, r.line, bool(r.o), 1) for r in changed.collect()]
 
-    def _blank_changes(self, quads: Any, F: Any) -> list[tuple[str, str, bool, int]]:
+    def _blank_changes(self, quads: Any, F: Any) -> list[tuple[str, str, str, bool, int]]:
         """Blank-node MSGs whose counts differ between the versions (a multiset)."""
         blank = quads.where(F.col("a").isNotNull()).distinct()
         components = self._components(blank, F)
@@ -179,12 +184,12 @@ class SparkDiffEngine:
                    .groupBy("side", "graph", "comp").agg(F.collect_list("stmt").alias("stmts")))
         timeout, memory = self.canon_timeout, self.canon_memory_mb
         canonical = grouped.rdd.map(lambda r: _canonical(((r.side, r.graph), list(r.stmts)), timeout, memory))
-        msgs = self.spark.createDataFrame(canonical, "side string, graph string, text string")
-        counts = msgs.groupBy("graph", "text").agg(
+        msgs = self.spark.createDataFrame(canonical, "side string, graph string, hash string, text string")
+        counts = msgs.groupBy("graph", "hash", "text").agg(
             F.sum((F.col("side") == "o").cast("int")).alias("o"), F.sum((F.col("side") == "n").cast("int")).alias("n"))
         out = []
         for r in counts.where(F.col("o") != F.col("n")).collect():
-            out.append((r.graph, r.text, r.o > r.n, abs(r.o - r.n)))
+            out.append((r.graph, r.hash, r.text, r.o > r.n, abs(r.o - r.n)))
         return out
 
     def _components(self, blank: Any, F: Any) -> Any:

@@ -8,6 +8,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pyoxigraph as ox
 
@@ -73,7 +74,7 @@ class GraphStore:
     def __init__(self, path: Path | None = None) -> None:
         try:
             if path is None:
-                self._store = ox.Store()
+                self._store: Any = ox.Store()
             else:
                 path.mkdir(parents=True, exist_ok=True)
                 self._store = ox.Store(str(path))
@@ -199,6 +200,27 @@ class GraphStore:
 
     def flush(self) -> None:
         self._store.flush()
+
+    def close(self) -> None:
+        """Flush and release the store (its directory lock goes with the last reference to
+        the pyoxigraph Store, which a traceback could otherwise keep alive)."""
+        with self._lock:
+            if self._store is not _CLOSED:
+                self._store.flush()
+                self._store = _CLOSED
+
+
+class _ClosedStore:
+    """Stands in for a closed pyoxigraph Store: any use is a clear error."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise StoreError("the RDF store is closed")
+
+    def __contains__(self, item: object) -> bool:
+        raise StoreError("the RDF store is closed")
+
+
+_CLOSED: Any = _ClosedStore()
 
 
 class Plan:
