@@ -14,6 +14,7 @@ from lucid_hub.config import Settings
 from lucid_hub.diff.local import file_graph_msgs
 from lucid_hub.errors import InputError, LucidError
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.syntax import format_of_path
 from lucid_hub.store.graphs import check_no_skolem
 
@@ -55,11 +56,7 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
         patch = runtime.publisher.replace(graph, new, author=author, message=message)
     finally:
         runtime.close()
-    if patch is None:
-        echo(f"no changes: <{graph}> already has this content")
-    else:
-        echo(f"published {patch.id} (-{len(patch.removed)} +{len(patch.added)} MSGs) "
-             f"in {time.monotonic() - started:.1f} s")
+    _report(echo, graph, patch, started)
 
 
 def _publish_http(hub_url: str, path: Path, graph: str, *, author: str, message: str, fmt: str | None,
@@ -132,7 +129,7 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
         if other:
             raise InputError(f"{path}: holds other graphs than <{graph}> (e.g. <{other[0]}>)")
         if not changes:
-            echo(f"no changes: <{graph}> already has this content")
+            _report(echo, graph, None, started)
             return
         (change,) = changes
         # The job diffed against `version`: publish only if the graph is still there (409 otherwise).
@@ -140,6 +137,10 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
                                           expect_prev=True, prev=version)
     finally:
         runtime.close()
+    _report(echo, graph, patch, started)
+
+
+def _report(echo: Callable[[str], None], graph: str, patch: Patch | None, started: float) -> None:
     if patch is None:
         echo(f"no changes: <{graph}> already has this content")
     else:
