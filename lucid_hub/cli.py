@@ -85,8 +85,8 @@ def canon(state: _Context, file: Path, input_format: str | None, algorithm: str)
 
 
 @cli.command()
-@click.argument("old", type=click.Path(path_type=Path, dir_okay=False))
-@click.argument("new", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("old", type=click.Path(path_type=Path, dir_okay=True))
+@click.argument("new", type=click.Path(path_type=Path, dir_okay=True))
 @click.option("--graph", help="IRI of the graph that triples (and default-graph quads) belong to.")
 @click.option("--prev", help="Id of the patch that produced OLD (none: OLD is the first version).")
 @click.option("--author", default="", help="Patch author.")
@@ -112,7 +112,13 @@ def diff(state: _Context, old: Path, new: Path, graph: str | None, prev: str | N
         check_patch_id(prev, "--prev")
     when = _parse_time(created) if created else None
     key = load_key(key_file) if key_file else None
-    changes = _engine(state, engine).diff_files(old, new, default_graph=graph, fmt=input_format)
+    differ = _engine(state, engine)
+    try:
+        changes = differ.diff_files(old, new, default_graph=graph, fmt=input_format)
+    finally:
+        stop = getattr(differ, "stop", None)
+        if stop is not None:
+            stop()
     if prev is not None and len(changes) > 1:
         raise InputError("--prev names the version of one graph, but several graphs changed; "
                          "diff one graph at a time")
@@ -128,11 +134,11 @@ def diff(state: _Context, old: Path, new: Path, graph: str | None, prev: str | N
 
 def _engine(state: _Context, engine: str) -> DiffEngine:
     if engine == "spark":
-        from lucid_hub.diff.spark import SparkDiffEngine, spark_session
+        from lucid_hub.diff.spark import SparkDiffEngine, console_progress, spark_session
 
         settings = state.settings
         spark = spark_session(settings.spark_master, settings.spark_settings())
-        return SparkDiffEngine(spark, settings.canon_timeout, settings.canon_memory_mb)
+        return SparkDiffEngine(spark, settings.canon_timeout, settings.canon_memory_mb, progress=console_progress())
     from lucid_hub.diff.local import LocalDiffEngine
 
     return LocalDiffEngine(state.canonicalizer)
@@ -351,6 +357,29 @@ def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, 
     from lucid_hub.bench.publish import run
 
     run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka)
+
+
+@bench.command("diff")
+@click.option("--sizes", default="1000000,10000000", show_default=True,
+              help="Comma-separated snapshot sizes in triples; the scaling factor is last / first.")
+@click.option("--work", type=click.Path(path_type=Path, file_okay=False), default=Path("bench-data"),
+              show_default=True, help="Directory for the generated snapshots (kept and reused).")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master of the Spark runs.")
+@click.option("--engines", default="local,spark", show_default=True, help="Engines to run besides sort+comm.")
+@click.option("--floor/--no-floor", default=True, show_default=True,
+              help="Also time Spark's floor: the lines read and grouped, no RDF parsing.")
+def bench_diff(sizes: str, work: Path, master: str, engines: str, floor: bool) -> None:
+    """Snapshot diffs: Spark and local engines against LC_ALL=C sort + comm on the same files."""
+    from lucid_hub.bench.diff import run
+
+    try:
+        numbers = [int(s.replace("_", "")) for s in sizes.split(",")]
+    except ValueError:
+        raise InputError(f"--sizes {sizes!r}: expected comma-separated numbers of triples") from None
+    chosen = [e.strip() for e in engines.split(",") if e.strip()]
+    if any(e not in ("local", "spark") for e in chosen) or any(n <= 0 for n in numbers):
+        raise InputError("--engines takes local and/or spark; --sizes positive numbers")
+    run(numbers, work, master, chosen, floor)
 
 
 def _one_line(text: str) -> str:

@@ -181,3 +181,103 @@ def test_a_failed_spark_publish_publishes_nothing(spark, tmp_path: Path, canonic
         assert len(runtime.publisher.history("http://ex/g")) == 1
     finally:
         runtime.close()
+
+
+def _wait_for_file(path: str, _item: object) -> int:
+    """A task that holds its stage open until the test creates `path` (bounded by a deadline)."""
+    import os
+    import time
+
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)  # inside the Spark task: it is what keeps the stage running
+    return 1
+
+
+def test_progress_reports_the_running_stage_with_the_engines_phase(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+    from functools import partial
+
+    from lucid_hub.diff.spark import SparkProgress
+
+    release = tmp_path / "release"
+    lines: list[str] = []
+    with SparkProgress(spark, lines.append, interval=0.02) as progress:
+        progress.phase = "testing"
+        job = threading.Thread(target=lambda: spark.sparkContext.parallelize(range(3), 3).map(
+            partial(_wait_for_file, str(release))).sum())
+        job.start()
+        deadline = time.monotonic() + 60
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.02)  # waiting for a condition (a reported line), with a deadline
+        release.touch()
+        job.join()
+    assert lines, "no progress line while a stage was running"
+    assert lines[0].startswith("testing; stage ") and "/3 tasks" in lines[0]
+    assert lines[-1] == ""  # the end: a console reporter clears its line
+
+
+def test_console_progress_writes_lines_to_a_log_at_most_every_interval() -> None:
+    import io
+
+    from lucid_hub.diff.spark import console_progress
+
+    out = io.StringIO()
+    report = console_progress(out, every=3600)
+    report("stage 1: 0/4 tasks")
+    report("stage 1: 1/4 tasks")  # within the interval: not written
+    report("")
+    assert out.getvalue() == "lucid-hub: spark: stage 1: 0/4 tasks\n"
+
+
+def test_cli_reports_a_malformed_snapshot_in_one_line_without_jvm_output(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "old.nt").write_text('<http://ex/a> <http://ex/p> "1" .\n')
+    (tmp_path / "new.nt").write_text('<http://ex/a> <http://ex/p> "1" .\n<http://ex/a> <http://ex/p> broken .\n')
+    result = run_cli("diff", "--engine", "spark", "--graph", "http://ex/g", "old.nt", "new.nt",
+                     env={"LUCID_SPARK_MASTER": "local[1]"})
+    assert result.code == 1
+    assert result.out == ""
+    errors = [line for line in result.err.splitlines() if not line.startswith("lucid-hub: spark: ")]
+    # The JVM itself announces its incubator module (Spark 4 on Java 17+); nothing else may come.
+    errors = [line for line in errors if not line.startswith("WARNING: Using incubator modules")]
+    assert len(errors) == 1, result.err
+    assert errors[0].startswith("lucid-hub: error: ") and "new.nt: line 2:" in errors[0]
+
+
+def test_local_engine_refuses_directories_with_a_pointer_to_spark(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    result = run_cli("diff", "a", "b")
+    assert result.code == 1
+    assert "is a directory" in result.err and "--engine spark" in result.err
+
+
+def test_bench_diff_runs_the_baseline_and_an_engine_on_generated_snapshots(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("bench", "diff", "--sizes", "3000,6000", "--engines", "local", "--work", tmp_path / "w")
+    assert result.code == 0, result.err
+    assert "sort+comm" in result.out and "local  engine" in result.out
+    assert "scaling 3,000 -> 6,000 triples" in result.out
+    old = (tmp_path / "w" / "snapshot-3000-old.nq").read_text().splitlines()
+    new = (tmp_path / "w" / "snapshot-3000-new.nq").read_text().splitlines()
+    blank = sum(1 for line in old if "_:" in line)
+    assert 0.005 < blank / len(old) < 0.02  # about 1% of triples in blank-node MSGs
+    assert 0.002 < len(set(old) ^ set(new)) / 2 / len(old) < 0.01  # about 0.5% changed
+    bad = run_cli("bench", "diff", "--sizes", "many")
+    assert bad.code == 1 and "--sizes" in bad.err
+
+
+def test_a_long_rdf_list_settles_in_logarithmic_rounds(spark, tmp_path: Path, canonicalizer: Canonicalizer) -> None:  # type: ignore[no-untyped-def]
+    rdf = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
+    n = 64
+    items = [f'_:l{i} <{rdf}first> "item {i}" .\n_:l{i} <{rdf}rest> {f"_:l{i + 1}" if i + 1 < n else f"<{rdf}nil>"} .\n'
+             for i in range(n)]
+    (tmp_path / "old.nt").write_text("<http://ex/s> <http://ex/list> _:l0 .\n" + "".join(items))
+    (tmp_path / "new.nt").write_text("<http://ex/s> <http://ex/list> _:l0 .\n" + "".join(items[:-1]) +
+                                     f'_:l{n - 1} <{rdf}first> "changed" .\n_:l{n - 1} <{rdf}rest> <{rdf}nil> .\n')
+    engine = SparkDiffEngine(spark)
+    remote = engine.diff_files(tmp_path / "old.nt", tmp_path / "new.nt", default_graph="http://ex/g")
+    local = LocalDiffEngine(canonicalizer).diff_files(tmp_path / "old.nt", tmp_path / "new.nt", default_graph="http://ex/g")
+    assert remote == local
+    assert [(len(c.removed), len(c.added)) for c in remote] == [(1, 1)]  # the whole list is one MSG
+    assert 0 < engine.rounds <= 10  # plain propagation would need 65 rounds

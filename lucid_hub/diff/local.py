@@ -18,7 +18,7 @@ from pathlib import Path
 import pyoxigraph as ox
 
 from lucid_hub.diff import GraphChange
-from lucid_hub.errors import LucidError
+from lucid_hub.errors import InputError, LucidError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs, Msg, by_hash, graph_msgs, split_graphs
 from lucid_hub.rdf.syntax import format_of_path, read_file
@@ -154,6 +154,10 @@ class LocalDiffEngine:
     def diff_files(self, old: Path, new: Path, *, default_graph: str | None = None,
                    fmt: str | None = None) -> list[GraphChange]:
         c = self.canonicalizer
+        for path in (old, new):
+            if path.is_dir():
+                raise InputError(f"{path} is a directory: the local engine diffs two files "
+                                 "(directories of snapshot files need --engine spark)")
         if self._parallel(old, new):
             format_of_path(new, fmt)  # fail before starting a child
             child = _ChildReader(new, fmt, default_graph, c)

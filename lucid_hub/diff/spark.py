@@ -12,11 +12,15 @@ Run in process (`local[*]` by default) or as a job on any Spark master (spark-su
 
 from __future__ import annotations
 
+import gzip
 import re
-from collections.abc import Iterable, Iterator
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pyoxigraph as ox
 
@@ -27,9 +31,8 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import Msg, by_hash, msg_hash
 from lucid_hub.rdf.syntax import has_triple_term
 
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 LINE_SUFFIXES = (".nt", ".nq", ".nt.gz", ".nq.gz")
-# Label propagation checkpoints its lineage this often (iterations), or plans grow without bound.
-CHECKPOINT_EVERY = 4
 _ERROR = re.compile(r"lucid_hub\.errors\.(\w+): (.+)")
 
 
@@ -37,6 +40,8 @@ def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None =
     """A SparkSession for diff jobs: `master` and `spark.*` settings pass through.
 
     `master=None` leaves the master to spark-submit (settings made in code would win over it).
+    The JVM logs errors only (no INFO/WARN chatter on the CLI's stderr) and Spark's console
+    bar is off: `SparkProgress` reports instead.
     """
     from pyspark.sql import SparkSession
 
@@ -44,10 +49,83 @@ def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None =
     if master is not None:
         builder = builder.master(master)
     settings = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
-                "spark.ui.showConsoleProgress": "true", **(conf or {})}
+                "spark.ui.showConsoleProgress": "false",
+                # Even tasks on a few cores (the default 128 MB splits a 140 MB file 128 + 12).
+                "spark.sql.files.maxPartitionBytes": str(32 * 1024 * 1024), **(conf or {})}
+    log_config = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+    java_options = settings.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in java_options:
+        settings["spark.driver.extraJavaOptions"] = f"{java_options} {log_config}".strip()
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")  # also when an existing JVM had another config
+    return spark
+
+
+class SparkProgress:
+    """Reports the running Spark stages every `interval` seconds, from a driver thread:
+    `report` gets one line such as "stage 3 (groupBy): 14/32 tasks, 2 running"."""
+
+    def __init__(self, spark: Any, report: Callable[[str], None], interval: float = 1.0) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._report = report
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spark-progress", daemon=True)
+        self._reported = False
+        self.phase = ""  # what the job does now, set by the engine
+
+    def __enter__(self) -> SparkProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._reported:
+            self._report("")  # the end: a console reporter clears its line
+
+    def line(self) -> str | None:
+        """The current progress line, or None when no stage runs."""
+        parts = [self.phase] if self.phase else []
+        for stage_id in sorted(self._tracker.getActiveStageIds()):
+            info = self._tracker.getStageInfo(stage_id)
+            if info is not None:
+                parts.append(f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks, "
+                             f"{info.numActiveTasks} running")
+        return "; ".join(parts) if len(parts) > bool(self.phase) else None
+
+    def _run(self) -> None:
+        last = None
+        while not self._stop.wait(self._interval):
+            try:
+                text = self.line()
+            except Exception:  # the JVM is going away (job ended or failed): nothing to report
+                return
+            if text and text != last:
+                self._report(text)
+                self._reported = True
+                last = text
+
+
+def console_progress(stream: TextIO | None = None, every: float = 10.0) -> Callable[[str], None]:
+    """A `SparkProgress` reporter for a terminal (one line, rewritten in place) or a log
+    (a line at most every `every` seconds). An empty text ends the progress display."""
+    out = stream or sys.stderr
+    tty = out.isatty()
+    last = [-every]
+
+    def report(text: str) -> None:
+        if tty:
+            out.write(f"\r\033[K{'spark: ' + text[:200] if text else ''}")
+            out.flush()
+        elif text and time.monotonic() - last[0] >= every:
+            out.write(f"lucid-hub: spark: {text}\n")
+            out.flush()
+            last[0] = time.monotonic()
+
+    return report
 
 
 def input_files(path: Path) -> list[Path]:
@@ -71,44 +149,110 @@ def _canonicalizer(timeout: float, memory_mb: int) -> Canonicalizer:
     return Canonicalizer(timeout, memory_mb)  # one per Python worker, reused across tasks
 
 
-def _parse_partition(rows: Iterable[tuple[str, int]], side: str, file_id: int, file_name: str,
-                     default_graph: str | None) -> Iterator[tuple[str, str, str, str | None, str | None]]:
-    """(side, graph, statement, node, other node) per quad; nodes are file-scoped blank nodes."""
-    rows = list(rows)
-    if not rows:
-        return
+def _scoped_parse(batches: Iterable[Any], side: str, default_graph: str | None) -> Iterator[Any]:
+    """mapInArrow: lines (with their file) in; (graph, stmt, a, b) per quad out, where a and b
+    are the quad's blank nodes scoped to their side, file and graph (labels are document-scoped)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        lines, files = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        graphs: list[str] = []
+        stmts: list[str] = []
+        a_col: list[str | None] = []
+        b_col: list[str | None] = []
+        start = 0
+        while start < len(lines):  # a batch may span files: parse each file's run of lines
+            name = files[start]
+            end = start + 1
+            while end < len(lines) and files[end] == name:
+                end += 1
+            _parse_lines(lines[start:end], f"{side}{name}|", name, default_graph, graphs, stmts, a_col, b_col)
+            start = end
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(graphs, pa.string()), pa.array(stmts, pa.string()),
+             pa.array(a_col, pa.string()), pa.array(b_col, pa.string())],
+            names=["graph", "stmt", "a", "b"])
+
+
+def _parse_lines(lines: list[str], scope: str, file_name: str, default_graph: str | None, graphs: list[str],
+                 stmts: list[str], a_col: list[str | None], b_col: list[str | None]) -> None:
     try:
-        quads = list(ox.parse("\n".join(line for line, _ in rows) + "\n", format=ox.RdfFormat.N_QUADS))
+        quads = ox.parse("\n".join(lines) + "\n", format=ox.RdfFormat.N_QUADS)
+        for q in quads:
+            g = q.graph_name
+            if type(g) is ox.NamedNode:
+                graph, statement = g.value, str(q.triple)
+            elif type(g) is ox.DefaultGraph:
+                if default_graph is None:
+                    raise UnsupportedRdfError(f"{_path(file_name)}: holds triples outside a named graph; "
+                                              "name their graph (--graph IRI)")
+                graph, statement = default_graph, str(q)
+            else:
+                raise UnsupportedRdfError(
+                    f"{_path(file_name)}: graph {g} is named by a blank node; a published graph needs an IRI")
+            graphs.append(graph)
+            stmts.append(statement)
+            if "_:" in statement or "<<(" in statement:
+                if has_triple_term(q):
+                    raise UnsupportedRdfError(
+                        f"{_path(file_name)}: triple terms (RDF-star / RDF 1.2) are not supported: {q}")
+                nodes = [f"{scope}{graph}|{t.value}" for t in (q.subject, q.object) if type(t) is ox.BlankNode]
+                a_col.append(nodes[0] if nodes else None)
+                b_col.append(nodes[1] if len(nodes) > 1 else None)
+            else:
+                a_col.append(None)
+                b_col.append(None)
     except SyntaxError as exc:
-        row = rows[min(max((exc.lineno or 1) - 1, 0), len(rows) - 1)]
-        message = re.sub(r"(between )?(at )?line \d+( column \d+)?( and line \d+( column \d+)?)?", "", str(exc.msg))
-        raise RdfSyntaxError(f"{file_name}: line {row[1] + 1}: {' '.join(message.split()).strip(': ')}") from None
-    for q in quads:
-        if has_triple_term(q):
-            raise UnsupportedRdfError(f"{file_name}: triple terms (RDF-star / RDF 1.2) are not supported: {q}")
-        g = q.graph_name
-        if type(g) is ox.NamedNode:
-            graph, statement = g.value, str(q.triple)
-        elif type(g) is ox.DefaultGraph:
-            if default_graph is None:
-                raise UnsupportedRdfError(f"{file_name}: holds triples outside a named graph; name their graph")
-            graph, statement = default_graph, str(q)
-        else:
-            raise UnsupportedRdfError(
-                f"{file_name}: graph {g} is named by a blank node; a published graph needs an IRI")
-        nodes: list[str] = []
-        if "_:" in statement:
-            # Blank-node labels are scoped to one document and, for publishing, to one graph.
-            scope = f"{side}{file_id}|{graph}|"
-            nodes = [scope + t.value for t in (q.subject, q.object) if type(t) is ox.BlankNode]
-        yield side, graph, statement, nodes[0] if nodes else None, nodes[1] if len(nodes) > 1 else None
+        # The line number within the whole file is found on the driver (only on failure):
+        # counting lines on the way would cost the job a pass over the input.
+        line = lines[min(max((exc.lineno or 1) - 1, 0), len(lines) - 1)]
+        raise RdfSyntaxError(f"{_path(file_name)}: {_syntax_message(exc)}{_LINE_MARK}{line[:500]}") from None
 
 
-def _canonical(row: tuple[tuple[str, str], list[str]], timeout: float, memory_mb: int) -> tuple[str, str, str, str]:
-    """(side, graph, MSG hash, canonical form) of one blank-node component, on an executor."""
-    (side, graph), statements = row
-    text = _canonicalizer(timeout, memory_mb).canonicalize(statements)
-    return side, graph, msg_hash(text), text
+_LINE_MARK = " @@line: "
+
+
+def _path(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+def _syntax_message(exc: SyntaxError) -> str:
+    message = re.sub(r"(between )?(at )?line \d+( column \d+)?( and line \d+( column \d+)?)?", "", str(exc.msg))
+    return " ".join(message.split()).strip(": ")
+
+
+def _locate(error: LucidError) -> LucidError:
+    """Replace the offending line's text in a syntax error by its number in the file."""
+    text = str(error)
+    if _LINE_MARK not in text:
+        return error
+    head, line = text.split(_LINE_MARK, 1)
+    path, message = head.split(": ", 1)
+    number = None
+    opener: Any = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace", newline="\n") as fh:
+            for n, candidate in enumerate(fh, 1):
+                if candidate.rstrip("\r\n")[:500] == line:
+                    number = n
+                    break
+    except OSError:
+        pass
+    where = f"line {number}" if number else f"the line {line[:80]!r}"
+    return type(error)(f"{path}: {where}: {message}")
+
+
+def _canonical_batches(batches: Iterable[Any], timeout: float, memory_mb: int) -> Iterator[Any]:
+    """mapInArrow: (side, graph, statements) of each blank-node component in; (side, graph,
+    MSG hash, canonical form) out, canonicalised on the executor."""
+    import pyarrow as pa
+
+    canonicalizer = _canonicalizer(timeout, memory_mb)
+    for batch in batches:
+        texts = [canonicalizer.canonicalize(statements) for statements in batch.column(2).to_pylist()]
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(0), batch.column(1), pa.array([msg_hash(t) for t in texts], pa.string()),
+             pa.array(texts, pa.string())], names=["side", "graph", "hash", "text"])
 
 
 # --- driver side ------------------------------------------------------------------------
@@ -117,8 +261,11 @@ class SparkDiffEngine:
     """Diffs two snapshots (N-Triples/N-Quads files or directories, optionally gzipped)."""
 
     def __init__(self, spark: Any, canon_timeout: float = 5.0, canon_memory_mb: int = 2048,
-                 checkpoint_dir: str | None = None) -> None:
+                 checkpoint_dir: str | None = None, progress: Callable[[str], None] | None = None) -> None:
         self.spark = spark
+        self.progress = progress
+        self._watch: SparkProgress | None = None
+        self.rounds = 0  # label propagation rounds of the last job (0: no blank-node edges)
         self.canon_timeout = canon_timeout
         self.canon_memory_mb = canon_memory_mb
         if checkpoint_dir:
@@ -128,36 +275,56 @@ class SparkDiffEngine:
                    fmt: str | None = None) -> list[GraphChange]:
         if fmt is not None and fmt.lower() not in ("nt", "nq", "ntriples", "nquads"):
             raise InputError("the Spark engine reads N-Triples or N-Quads")
+        old_files, new_files = input_files(old), input_files(new)
         try:
-            return self._diff(input_files(old), input_files(new), default_graph)
-        except LucidError:
-            raise
+            if self.progress is None:
+                return self._diff(old_files, new_files, default_graph)
+            with SparkProgress(self.spark, self.progress) as self._watch:
+                return self._diff(old_files, new_files, default_graph)
+        except LucidError as exc:
+            raise _locate(exc) from None
         except Exception as exc:  # a worker's error arrives wrapped in the JVM's; unwrap ours
-            raise _unwrap(exc) from None
+            raise _locate(_unwrap(exc)) from None
+
+    def stop(self) -> None:
+        """Stop the Spark session (its JVM and Python workers), e.g. before the process exits."""
+        self.spark.stop()
+
+    def _phase(self, name: str) -> None:
+        """Name what the next Spark jobs do: in the progress line and Spark's UI."""
+        self.spark.sparkContext.setJobDescription(f"lucid-hub diff: {name}")
+        if self._watch is not None:
+            self._watch.phase = name
 
     def _quads(self, side: str, files: list[Path], default_graph: str | None) -> Any:
-        sc = self.spark.sparkContext
-        parts = []
-        for file_id, path in enumerate(files):
-            name = str(path)
-            lines = sc.textFile(str(path)).zipWithIndex()
-            parts.append(lines.mapPartitions(
-                lambda rows, s=side, i=file_id, n=name: _parse_partition(rows, s, i, n, default_graph)))
-        return sc.union(parts)
+        """(graph, stmt, a, b) per quad of one snapshot, parsed on the executors."""
+        from pyspark.sql import functions as F
+
+        lines = self.spark.read.text([str(p) for p in files]).select("value", F.input_file_name().alias("file"))
+        return lines.mapInArrow(lambda batches: _scoped_parse(batches, side, default_graph),
+                                "graph string, stmt string, a string, b string")
 
     def _diff(self, old: list[Path], new: list[Path], default_graph: str | None) -> list[GraphChange]:
+        from pyspark import StorageLevel
         from pyspark.sql import functions as F
-        from pyspark.sql.types import StringType, StructField, StructType
 
-        schema = StructType([StructField(c, StringType(), nullable) for c, nullable in
-                             (("side", False), ("graph", False), ("stmt", False), ("a", True), ("b", True))])
-        rows = self._quads("o", old, default_graph).union(self._quads("n", new, default_graph))
-        quads = self.spark.createDataFrame(rows, schema).persist()
+        tagged = [self._quads(side, files, default_graph).withColumn("side", F.lit(side))
+                  for side, files in (("o", old), ("n", new))]
+        # One shuffle for everything: a ground statement's key is the same in both versions,
+        # so its group says which versions hold it; a blank-node statement's key holds its
+        # side-scoped nodes, so its group is one statement of one version (duplicates merged).
+        grouped = tagged[0].unionByName(tagged[1]).groupBy("graph", "stmt", "a", "b").agg(
+            F.max((F.col("side") == "o").cast("int")).alias("o"),
+            F.max((F.col("side") == "n").cast("int")).alias("n"))
+        kept = grouped.where(F.col("a").isNotNull() | (F.col("o") != F.col("n"))).persist(
+            StorageLevel.MEMORY_AND_DISK)
         try:
-            ground = self._ground_changes(quads, F)
-            blank = self._blank_changes(quads, F)
+            self._phase("parsing both snapshots, diffing ground triples")
+            ground = self._ground_changes(kept.where(F.col("a").isNull()), F)
+            blank = self._blank_changes(kept.where(F.col("a").isNotNull()).withColumn(
+                "side", F.when(F.col("o") == 1, "o").otherwise("n")), F)
         finally:
-            quads.unpersist()
+            kept.unpersist()
         removed: dict[str, list[Msg]] = {}
         added: dict[str, list[Msg]] = {}
         for graph, digest, text, in_old, times in ground + blank:
@@ -166,27 +333,26 @@ class SparkDiffEngine:
                 for g in sorted(removed.keys() | added.keys())]
 
     @staticmethod
-    def _ground_changes(quads: Any, F: Any) -> list[tuple[str, str, str, bool, int]]:
-        """Ground triples in one version only (a graph is a set: each counts once), hashed on
-        the executors: Spark's sha2 of the UTF-8 line is the MSG hash of a ground triple."""
-        ground = quads.where(F.col("a").isNull()).select("side", "graph", "stmt").distinct()
-        tagged = ground.groupBy("graph", "stmt").agg(
-            F.max((F.col("side") == "o").cast("int")).alias("o"), F.max((F.col("side") == "n").cast("int")).alias("n"))
-        changed = tagged.where(F.col("o") != F.col("n")).withColumn(
-            "line", F.concat(F.col("stmt"), F.lit(" .\n"))).withColumn("hash", F.sha2(F.col("line"), 256))
-        return [(r.graph, r.hash, r.line, bool(r.o), 1) for r in changed.collect()]
+    def _ground_changes(changed: Any, F: Any) -> list[tuple[str, str, str, bool, int]]:
+        """Ground triples in one version only, hashed on the executors: Spark's sha2 of the
+        UTF-8 line is the MSG hash of a ground triple."""
+        lines = changed.withColumn("line", F.concat(F.col("stmt"), F.lit(" .\n"))).withColumn(
+            "hash", F.sha2(F.col("line"), 256))
+        return [(r.graph, r.hash, r.line, bool(r.o), 1) for r in lines.select("graph", "hash", "line", "o").collect()]
 
-    def _blank_changes(self, quads: Any, F: Any) -> list[tuple[str, str, str, bool, int]]:
+    def _blank_changes(self, blank: Any, F: Any) -> list[tuple[str, str, str, bool, int]]:
         """Blank-node MSGs whose counts differ between the versions (a multiset)."""
-        blank = quads.where(F.col("a").isNotNull()).distinct()
+        self._phase("blank-node MSGs: connected components")
         components = self._components(blank, F)
         grouped = (blank.join(components, blank.a == components.node)
-                   .groupBy("side", "graph", "comp").agg(F.collect_list("stmt").alias("stmts")))
+                   .groupBy("side", "graph", "comp").agg(F.collect_list("stmt").alias("stmts"))
+                   .select("side", "graph", "stmts"))
         timeout, memory = self.canon_timeout, self.canon_memory_mb
-        canonical = grouped.rdd.map(lambda r: _canonical(((r.side, r.graph), list(r.stmts)), timeout, memory))
-        msgs = self.spark.createDataFrame(canonical, "side string, graph string, hash string, text string")
+        msgs = grouped.mapInArrow(lambda batches: _canonical_batches(batches, timeout, memory),
+                                  "side string, graph string, hash string, text string")
         counts = msgs.groupBy("graph", "hash", "text").agg(
             F.sum((F.col("side") == "o").cast("int")).alias("o"), F.sum((F.col("side") == "n").cast("int")).alias("n"))
+        self._phase("blank-node MSGs: canonicalising, diffing")
         out = []
         for r in counts.where(F.col("o") != F.col("n")).collect():
             out.append((r.graph, r.hash, r.text, r.o > r.n, abs(r.o - r.n)))
@@ -196,20 +362,32 @@ class SparkDiffEngine:
         """(node, comp): each blank node and the smallest node id of its connected component."""
         edges = blank.where(F.col("b").isNotNull() & (F.col("a") != F.col("b"))).select(
             F.col("a").alias("src"), F.col("b").alias("dst"))
-        edges = edges.union(edges.select(F.col("dst").alias("src"), F.col("src").alias("dst"))).distinct().persist()
         nodes = blank.select(F.col("a").alias("node")).union(
             blank.where(F.col("b").isNotNull()).select(F.col("b").alias("node"))).distinct()
+        self.rounds = 0
+        if edges.limit(1).count() == 0:  # no triple joins two blank nodes: each is its own MSG
+            return nodes.select("node", F.col("node").alias("comp"))
+        edges = edges.union(edges.select(F.col("dst").alias("src"), F.col("src").alias("dst"))).distinct().persist()
         comp = nodes.select("node", F.col("node").alias("comp")).localCheckpoint()
-        iteration = 0
+        self.rounds = 0
         while True:
-            iteration += 1
+            self.rounds += 1
             neighbour = (edges.join(comp, edges.dst == comp.node)
                          .groupBy(edges.src).agg(F.min("comp").alias("ncomp")))
-            updated = (comp.join(neighbour, comp.node == neighbour.src, "left")
-                       .select("node", F.least("comp", F.coalesce("ncomp", "comp")).alias("comp")))
-            updated = updated.localCheckpoint() if iteration % CHECKPOINT_EVERY == 0 else updated.persist()
+            spread = (comp.join(neighbour, comp.node == neighbour.src, "left")
+                      .select("node", F.least("comp", F.coalesce("ncomp", "comp")).alias("comp")))
+            # Pointer jumping: take the label of your label too. Labels stay nodes of the same
+            # component, and a chain of n nodes (a long RDF list) settles in O(log n) rounds
+            # instead of n.
+            u, v = spread.alias("u"), spread.alias("v")
+            updated = u.join(v, F.col("u.comp") == F.col("v.node")).select(
+                F.col("u.node").alias("node"), F.least(F.col("u.comp"), F.col("v.comp")).alias("comp"))
+            # Materialised every round: the lineage stops here, so the previous round's labels
+            # can be dropped (unpersisting them under a lazily persisted successor broke it).
+            updated = updated.localCheckpoint()
             changed = updated.join(comp.withColumnRenamed("comp", "old"), "node").where(
                 F.col("comp") != F.col("old")).limit(1).count()
+            comp.unpersist()
             comp = updated
             if changed == 0:
                 edges.unpersist()
@@ -247,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spark = spark_session(args.master)
     try:
-        changes = SparkDiffEngine(spark).diff_files(args.old, args.new, default_graph=args.graph)
+        engine = SparkDiffEngine(spark, progress=console_progress())
+        changes = engine.diff_files(args.old, args.new, default_graph=args.graph)
     except LucidError as exc:
         print(f"lucid-hub: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1

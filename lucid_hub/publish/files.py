@@ -112,7 +112,7 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
     then goes through the same archive, chain, signature and log path as any other."""
     import tempfile
 
-    from lucid_hub.diff.spark import SparkDiffEngine, spark_session
+    from lucid_hub.diff.spark import SparkDiffEngine, console_progress, spark_session
     from lucid_hub.runtime import Runtime
 
     started = time.monotonic()
@@ -123,8 +123,13 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
             version = runtime.publisher.export(graph, old)
             echo(f"exported <{graph}> at {version or 'no version'}; diffing with Spark ({settings.spark_master}) ...")
             session = spark or spark_session(settings.spark_master, settings.spark_settings())
-            engine = SparkDiffEngine(session, settings.canon_timeout, settings.canon_memory_mb)
-            changes = engine.diff_files(old, path, default_graph=graph)
+            engine = SparkDiffEngine(session, settings.canon_timeout, settings.canon_memory_mb,
+                                     progress=console_progress())
+            try:
+                changes = engine.diff_files(old, path, default_graph=graph)
+            finally:
+                if spark is None:  # ours: stop it cleanly (its workers would complain at exit)
+                    engine.stop()
         other = [c.graph for c in changes if c.graph != graph]
         if other:
             raise InputError(f"{path}: holds other graphs than <{graph}> (e.g. <{other[0]}>)")
