@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 import pyoxigraph as ox
@@ -283,6 +286,94 @@ def publish(state: _Context, file: Path, graph: str, message: str, author: str, 
     who = author or os.environ.get("USER", "") or "cli"
     publish_file(state.settings, file, graph, author=who, message=message, hub_url=hub_url,
                  fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo, engine=engine)
+
+
+@cli.group()
+def clients() -> None:
+    """OAuth clients of partners (client credentials grant)."""
+
+
+@clients.command("create")
+@click.option("--name", required=True, help="Who the client is (a partner's hub, a publisher's job).")
+@click.option("--group", "groups", multiple=True, help="A group access conditions can require (repeatable).")
+@click.option("--scope", "scopes", multiple=True,
+              help="graphs:read, graphs:write, hub:subscribe or admin (repeatable; default: graphs:read "
+                   "hub:subscribe).")
+@click.option("--callback-prefix", "callback_prefixes", multiple=True,
+              help="URL prefix the client's WebSub callbacks must start with (repeatable).")
+@pass_ctx
+def clients_create(state: _Context, name: str, groups: tuple[str, ...], scopes: tuple[str, ...],
+                   callback_prefixes: tuple[str, ...]) -> None:
+    """Create a client; prints JSON with client_id and client_secret (shown only now)."""
+    import json
+
+    from lucid_hub.auth.clients import ClientRegistry
+
+    with _database(state) as database:
+        words = [w for s in scopes for w in s.split()]
+        record, secret = ClientRegistry(database).create(
+            name, groups=list(groups), scopes=words or None, callback_prefixes=list(callback_prefixes))
+    click.echo(json.dumps({**record.to_json(), "client_secret": secret}, indent=2))
+
+
+@clients.command("list")
+@pass_ctx
+def clients_list(state: _Context) -> None:
+    """List the clients (without secrets) as JSON."""
+    import json
+
+    from lucid_hub.auth.clients import ClientRegistry
+
+    with _database(state) as database:
+        click.echo(json.dumps([c.to_json() for c in ClientRegistry(database).list()], indent=2))
+
+
+@clients.command("delete")
+@click.argument("client_id")
+@pass_ctx
+def clients_delete(state: _Context, client_id: str) -> None:
+    """Delete a client (its tokens stop working when they expire; revoke them to stop them now)."""
+    from lucid_hub.auth.clients import ClientRegistry
+
+    with _database(state) as database:
+        ClientRegistry(database).delete(client_id)
+    click.echo(f"deleted {client_id}")
+
+
+@cli.group("admin")
+def admin_group() -> None:
+    """Accounts of the admin page."""
+
+
+@admin_group.command("create")
+@click.option("--username", required=True)
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input (else: a prompt).")
+@pass_ctx
+def admin_create(state: _Context, username: str, password_stdin: bool) -> None:
+    """Create an admin account for the admin page (/admin/ui/)."""
+    from lucid_hub.auth.admins import AdminAccounts
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+    with _database(state) as database:
+        AdminAccounts(database).create(username, password)
+    click.echo(f"admin account {username} created")
+
+
+@contextmanager
+def _database(state: _Context) -> Iterator[Any]:
+    """The hub's database, schema brought up to date."""
+    from lucid_hub.db.session import Database
+
+    state.settings.data_dir.mkdir(parents=True, exist_ok=True)
+    database = Database(state.settings.db_url)
+    try:
+        database.upgrade()
+        yield database
+    finally:
+        database.dispose()
 
 
 @cli.command("log")

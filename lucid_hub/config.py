@@ -20,6 +20,11 @@ def _default_data_dir() -> Path:
     return Path.cwd() / "data"
 
 
+def _default_policies_dir() -> Path:
+    """The `policies/` directory shipped beside the package (source checkout or image)."""
+    return Path(__file__).resolve().parent.parent / "policies"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Configuration of one lucid-hub process. Field `x` is read from `LUCID_X`."""
@@ -54,6 +59,16 @@ class Settings:
     spark_conf: str = ""
     # Files at least this large are published with the Spark engine (when pyspark is installed).
     spark_threshold_bytes: int = 256 * 1024 * 1024
+    # Access conditions (`*.ttl`) loaded at start; default: the shipped `policies/` directory.
+    policies_dir: Path = field(default_factory=_default_policies_dir)
+    # Lifetime (seconds) of the access tokens this hub issues.
+    token_lifetime: int = 3600
+    # Trusted external OpenID Connect issuers: a JSON list, or the path of a JSON file (docs/auth.md).
+    trusted_issuers: str = ""
+    # Failed token or sign-in attempts per client / address and minute before 429.
+    auth_rate_limit: int = 10
+    # Development mode: the admin session cookie may travel over plain HTTP.
+    dev_mode: bool = False
 
     def spark_settings(self) -> dict[str, str]:
         """LUCID_SPARK_CONF as a dict of `spark.*` settings."""
@@ -105,6 +120,10 @@ class Settings:
             raise ConfigError("LUCID_PUBLIC_URL must be an http(s) URL")
         if not 0 < self.port < 65536:
             raise ConfigError("LUCID_PORT must be a TCP port")
+        if self.token_lifetime < 30:
+            raise ConfigError("LUCID_TOKEN_LIFETIME must be at least 30 seconds")
+        if self.auth_rate_limit < 1:
+            raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
 
 
 def _convert(name: str, raw: str, type_name: object) -> Any:

@@ -85,3 +85,32 @@ class PreconditionFailedError(ConflictError):
 
 class LogUnavailableError(LucidError):
     """The patch log (Kafka) did not acknowledge in time; the outbox keeps the patches."""
+
+
+class AuthenticationError(LucidError):
+    """No valid access token: missing, malformed, badly signed, expired or revoked (HTTP 401)."""
+
+    def __init__(self, message: str, error: str = "invalid_token") -> None:
+        super().__init__(message)
+        self.error = error  # RFC 6750 error code; "" when no token was sent at all
+
+
+class ForbiddenError(LucidError):
+    """Authenticated, but the token's scope or the access conditions do not allow it (HTTP 403)."""
+
+    def __init__(self, message: str, scope: str | None = None, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.scope = scope  # the missing scope, for WWW-Authenticate: error="insufficient_scope"
+        self.request_id = request_id
+
+
+class RateLimitedError(LucidError):
+    """Too many failed attempts from one client or address (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PolicyError(InputError):
+    """An access condition that is not valid (unknown property, malformed IRI, empty)."""

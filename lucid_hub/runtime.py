@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from lucid_hub.auth import ClientRegistry, TokenService
+from lucid_hub.auth.tokens import TrustedIssuer
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConfigError, StoreError
 from lucid_hub.log import PatchLog
+from lucid_hub.policy.service import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing, TrustedKeys
@@ -26,6 +29,9 @@ class Runtime:
     keys: KeyRing
     canonicalizer: Canonicalizer
     publisher: Publisher
+    clients: ClientRegistry
+    tokens: TokenService
+    policies: PolicyService
 
     @classmethod
     def open(cls, settings: Settings, *, repair: bool = True) -> Runtime:
@@ -42,11 +48,21 @@ class Runtime:
         keys = KeyRing(settings.keys_dir)
         key = keys.ensure()
         canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)
-        publisher = Publisher(db, store, patch_log, key, canonicalizer, TrustedKeys(keys.jwks()),
+        trusted_keys = TrustedKeys(keys.jwks())
+        publisher = Publisher(db, store, patch_log, key, canonicalizer, trusted_keys,
                               cache_statements=settings.msg_cache_statements)
-        runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher)
-        if repair:
-            publisher.repair()
+        tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
+                              trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
+        policies = PolicyService(db, publisher, canonicalizer, trusted_keys)
+        runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db), tokens,
+                      policies)
+        try:
+            if repair:
+                publisher.repair()
+            log.info("%s", policies.start(settings.policies_dir))
+        except BaseException:
+            runtime.close()
+            raise
         return runtime
 
     def close(self) -> None:

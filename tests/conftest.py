@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyoxigraph as ox
 import pytest
@@ -154,7 +155,26 @@ def kafka_bootstrap() -> Iterator[str]:
 @dataclass
 class RunningHub:
     url: str
-    runtime: object  # lucid_hub.runtime.Runtime
+    runtime: Any  # lucid_hub.runtime.Runtime
+    http: Any = None  # a requests.Session whose token may read, write and administer every graph
+
+    def client(self, name: str = "partner", groups: tuple[str, ...] = (), scopes: tuple[str, ...] = (
+            "graphs:read", "graphs:write", "hub:subscribe")) -> tuple[Any, str]:
+        """A new OAuth client of this hub: (record, secret)."""
+        return self.runtime.clients.create(name, groups=list(groups), scopes=list(scopes))
+
+    def token(self, name: str = "partner", groups: tuple[str, ...] = (), scopes: tuple[str, ...] = (
+            "graphs:read", "graphs:write", "hub:subscribe")) -> str:
+        """An access token of a new client with these groups and scopes (issued directly)."""
+        record, _secret = self.client(name, groups, scopes)
+        return str(self.runtime.tokens.issue(record, " ".join(scopes)))
+
+    def session(self, token: str) -> Any:
+        import requests
+
+        http = requests.Session()
+        http.headers["Authorization"] = f"Bearer {token}"
+        return http
 
 
 @pytest.fixture
@@ -177,7 +197,10 @@ def hub(tmp_path: Path, db_url: str) -> Iterator[RunningHub]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield RunningHub(f"http://127.0.0.1:{port}", runtime)
+        running = RunningHub(f"http://127.0.0.1:{port}", runtime)
+        running.http = running.session(running.token("test admin", ("lucid-hub-admins",),
+                                                     ("graphs:read", "graphs:write", "hub:subscribe", "admin")))
+        yield running
     finally:
         server.shutdown()
         thread.join(timeout=10)

@@ -50,18 +50,32 @@ def test_publish_to_a_running_hub_and_refuse_its_data_directory(run_cli, tmp_pat
     (tmp_path / "v1.nt").write_text(V1)
     port = free_port()
     env = {"LUCID_DATA_DIR": str(tmp_path / "data")}
+    import json
     import os
 
+    created = run_cli("clients", "create", "--name", "publisher job", "--group", "lucid-hub-admins",
+                      "--scope", "graphs:write", env=env)
+    assert created.code == 0, created.err
+    client = json.loads(created.out)
+    assert client["scopes"] == ["graphs:write"] and client["client_secret"]
+    creds = {"LUCID_CLIENT_ID": client["client_id"], "LUCID_CLIENT_SECRET": client["client_secret"]}
     proc = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port)],
                             env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port)
-        out = run_cli("publish", "v1.nt", "--graph", G, "--hub", f"http://127.0.0.1:{port}")
+        hub = f"http://127.0.0.1:{port}"
+        assert "needs an access token" in one_line_error(run_cli("publish", "v1.nt", "--graph", G, "--hub", hub))
+        wrong = {**creds, "LUCID_CLIENT_SECRET": "wrong"}
+        assert "refused the client credentials (401)" in one_line_error(
+            run_cli("publish", "v1.nt", "--graph", G, "--hub", hub, env=wrong))
+        out = run_cli("publish", "v1.nt", "--graph", G, "--hub", hub, env=creds)
         assert out.code == 0 and "published urn:sha256:" in out.out
+        log = run_cli("log", "--graph", G, env=env)
+        assert f"publisher job ({client['client_id']})" in log.out  # the author is the client
         err = one_line_error(run_cli("publish", "v1.nt", "--graph", G, env=env))
         assert "another lucid-hub process" in err
         assert "cannot reach" in one_line_error(run_cli("publish", "v1.nt", "--graph", G, "--hub",
-                                                        f"http://127.0.0.1:{free_port()}"))
+                                                        f"http://127.0.0.1:{free_port()}", env=creds))
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

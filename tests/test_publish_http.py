@@ -24,12 +24,12 @@ NT = {"Content-Type": "application/n-triples"}
 
 
 def put(hub: RunningHub, body: str, graph: str = G, **headers: str) -> requests.Response:
-    return requests.put(f"{hub.url}/graphs", params={"graph": graph}, data=body.encode(),
+    return hub.http.put(f"{hub.url}/graphs", params={"graph": graph}, data=body.encode(),
                         headers={**NT, **headers}, timeout=30)
 
 
 def get_nt(hub: RunningHub, graph: str = G, **params: str) -> requests.Response:
-    return requests.get(f"{hub.url}/graphs", params={"graph": graph, **params},
+    return hub.http.get(f"{hub.url}/graphs", params={"graph": graph, **params},
                         headers={"Accept": "application/n-triples"}, timeout=30)
 
 
@@ -66,10 +66,10 @@ def test_put_of_the_same_content_with_fresh_blank_nodes_makes_no_patch(hub: Runn
 def test_content_negotiation_offers_turtle_trig_nquads_jsonld(hub: RunningHub) -> None:
     put(hub, V1)
     for media_type in ("text/turtle", "application/trig", "application/n-quads", "application/ld+json"):
-        response = requests.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": media_type}, timeout=30)
+        response = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": media_type}, timeout=30)
         assert response.status_code == 200 and response.headers["Content-Type"].startswith(media_type)
         assert "01" in response.text
-    assert requests.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": "image/png"},
+    assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": "image/png"},
                         timeout=30).status_code == 406
 
 
@@ -83,21 +83,21 @@ def test_if_match_gives_optimistic_concurrency(hub: RunningHub) -> None:
 
 def test_post_merges_and_delete_drops(hub: RunningHub) -> None:
     put(hub, V1)
-    merged = requests.post(f"{hub.url}/graphs", params={"graph": G}, headers=NT, timeout=30,
+    merged = hub.http.post(f"{hub.url}/graphs", params={"graph": G}, headers=NT, timeout=30,
                            data=b'<http://ex/kpi9> <http://ex/unit> "h" .\n<http://ex/kpi1> <http://ex/unit> "days" .\n')
     assert merged.json()["added"] == 1 and merged.json()["removed"] == 0
-    dropped = requests.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30)
+    dropped = hub.http.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30)
     assert dropped.json()["removed"] == 4 and get_nt(hub).text == ""
     assert_consistent(hub.runtime)
 
 
 def test_archive_lists_patches_with_paging_and_since(hub: RunningHub) -> None:
     ids = [put(hub, V1 + f'<http://ex/n> <http://ex/v> "{i}" .\n').json()["version"] for i in range(5)]
-    first = requests.get(f"{hub.url}/patches", params={"graph": G}, timeout=30)
+    first = hub.http.get(f"{hub.url}/patches", params={"graph": G}, timeout=30)
     assert first.status_code == 200 and "ldp:BasicContainer" in first.text
     assert [i for i in ids if f"/patches/{i}>" in first.text] == ids[:3]  # page size 3
     assert 'rel="next"' in first.headers["Link"]
-    rest = requests.get(f"{hub.url}/patches", params={"graph": G, "since": ids[2]}, timeout=30)
+    rest = hub.http.get(f"{hub.url}/patches", params={"graph": G, "since": ids[2]}, timeout=30)
     assert [i for i in ids if f"/patches/{i}>" in rest.text] == ids[3:]
     assert 'rel="next"' not in rest.headers["Link"]
 
@@ -105,26 +105,26 @@ def test_archive_lists_patches_with_paging_and_since(hub: RunningHub) -> None:
 def test_patch_resources_negotiate_and_verify_with_the_published_jwks(hub: RunningHub,
                                                                      canonicalizer: Canonicalizer) -> None:
     patch_id = put(hub, V1).json()["patch"]
-    raw = requests.get(f"{hub.url}/patches/{patch_id}", timeout=30)
+    raw = hub.http.get(f"{hub.url}/patches/{patch_id}", timeout=30)
     assert raw.headers["Content-Type"].startswith("application/rdf-patch")
-    jwks = requests.get(f"{hub.url}/.well-known/jwks.json", timeout=30).json()
+    jwks = hub.http.get(f"{hub.url}/.well-known/jwks.json", timeout=30).json()
     from lucid_hub.signing import verify_patch_bytes
 
     assert verify_patch_bytes(raw.content, TrustedKeys(jwks), canonicalizer).id == patch_id
     for media_type, marker in (("application/trig", "eccrev:Commit"), ("application/ld+json", "@id"),
                                ("text/html", "<pre>")):
-        response = requests.get(f"{hub.url}/patches/{patch_id}", headers={"Accept": media_type}, timeout=30)
+        response = hub.http.get(f"{hub.url}/patches/{patch_id}", headers={"Accept": media_type}, timeout=30)
         assert response.status_code == 200 and marker in response.text
-    assert requests.get(f"{hub.url}/patches/urn:sha256:{'0' * 64}", timeout=30).status_code == 404
+    assert hub.http.get(f"{hub.url}/patches/urn:sha256:{'0' * 64}", timeout=30).status_code == 404
 
 
 def test_rdf_patch_upload_checks_prev(hub: RunningHub) -> None:
     v1 = put(hub, V1).json()["version"]
     body = f"H prev <{v1}> .\nTX .\nA <http://ex/kpi3> <http://ex/unit> \"kg\" <{G}> .\nTC .\n"
     headers = {"Content-Type": "application/rdf-patch"}
-    created = requests.post(f"{hub.url}/patches", params={"graph": G}, data=body, headers=headers, timeout=30)
+    created = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=body, headers=headers, timeout=30)
     assert created.status_code == 201 and created.json()["added"] == 1
-    replayed = requests.post(f"{hub.url}/patches", params={"graph": G}, data=body, headers=headers, timeout=30)
+    replayed = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=body, headers=headers, timeout=30)
     assert replayed.status_code == 409 and replayed.headers["ETag"] == f'"{created.json()["version"]}"'
     assert_consistent(hub.runtime)
 
@@ -135,16 +135,16 @@ def test_uploaded_patch_with_wrong_id_or_signature_is_422(hub: RunningHub, canon
     from lucid_hub.signing import sign_patch
 
     v1 = put(hub, V1).json()["version"]
-    patch = Patch.build(G, v1, [], [read_rdf_patch(requests.get(f"{hub.url}/patches/{v1}", timeout=30).content,
+    patch = Patch.build(G, v1, [], [read_rdf_patch(hub.http.get(f"{hub.url}/patches/{v1}", timeout=30).content,
                                                    canonicalizer).added[0]])
     headers = {"Content-Type": "application/rdf-patch"}
     # The content changed under the original id: the id no longer matches.
     tampered = write_rdf_patch(patch).replace(b'"days"', b'"weeks"')
     assert tampered != write_rdf_patch(patch)
-    bad_id = requests.post(f"{hub.url}/patches", params={"graph": G}, data=tampered, headers=headers, timeout=30)
+    bad_id = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=tampered, headers=headers, timeout=30)
     assert bad_id.status_code == 422 and "claimed id" in bad_id.text
     foreign = write_rdf_patch(sign_patch(patch, signing_key))  # signed by a key this hub does not know
-    bad_sig = requests.post(f"{hub.url}/patches", params={"graph": G}, data=foreign, headers=headers, timeout=30)
+    bad_sig = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=foreign, headers=headers, timeout=30)
     assert bad_sig.status_code == 422 and "unknown key" in bad_sig.text
     assert hub.runtime.publisher.head(G) == v1
     assert_consistent(hub.runtime)
@@ -154,11 +154,11 @@ def test_sparql_update_patch_contains_exactly_the_change(hub: RunningHub) -> Non
     put(hub, V1)
     update = (f'PREFIX ex: <http://ex/> DELETE {{ GRAPH <{G}> {{ ex:kpi1 ex:unit ?u }} }} '
               f'INSERT {{ GRAPH <{G}> {{ ex:kpi1 ex:unit "hours" }} }} WHERE {{ GRAPH <{G}> {{ ex:kpi1 ex:unit ?u }} }}')
-    result = requests.post(f"{hub.url}/sparql", data=update, timeout=30,
+    result = hub.http.post(f"{hub.url}/sparql", data=update, timeout=30,
                            headers={"Content-Type": "application/sparql-update"}).json()
     (change,) = result["patches"]
     assert change["removed"] == 1 and change["added"] == 1
-    noop = requests.post(f"{hub.url}/sparql", data=update, headers={"Content-Type": "application/sparql-update"},
+    noop = hub.http.post(f"{hub.url}/sparql", data=update, headers={"Content-Type": "application/sparql-update"},
                          timeout=30).json()
     assert noop["patches"] == []
     assert_consistent(hub.runtime)
@@ -174,41 +174,41 @@ def test_malformed_rdf_names_line_and_column(hub: RunningHub) -> None:
 
 
 def test_wrong_content_type_is_415_and_oversized_body_is_413(hub: RunningHub) -> None:
-    assert requests.put(f"{hub.url}/graphs", params={"graph": G}, data=V1, timeout=30,
+    assert hub.http.put(f"{hub.url}/graphs", params={"graph": G}, data=V1, timeout=30,
                         headers={"Content-Type": "text/plain"}).status_code == 415
     big = put(hub, V1 + "".join(f'<http://ex/s{i}> <http://ex/p> "{"x" * 100}" .\n' for i in range(3000)))
     assert big.status_code == 413 and "limit" in big.text
-    assert hub.runtime.publisher.graphs() == []
+    assert [g.iri for g in hub.runtime.publisher.graphs()] == ["urn:lucid-hub:policies"]  # nothing of ours
     assert_consistent(hub.runtime)
 
 
 def test_unknown_graph_and_missing_parameters(hub: RunningHub) -> None:
     assert get_nt(hub, graph="http://ex/none").status_code == 404
-    assert requests.get(f"{hub.url}/graphs", timeout=30).status_code == 400
+    assert hub.http.get(f"{hub.url}/graphs", timeout=30).status_code == 400
     assert get_nt(hub, graph="not an iri").status_code == 400
-    assert requests.get(f"{hub.url}/patches", params={"graph": "http://ex/none"}, timeout=30).status_code == 404
-    assert requests.get(f"{hub.url}/patches/not-a-patch-id", timeout=30).status_code == 400
+    assert hub.http.get(f"{hub.url}/patches", params={"graph": "http://ex/none"}, timeout=30).status_code == 404
+    assert hub.http.get(f"{hub.url}/patches/not-a-patch-id", timeout=30).status_code == 400
 
 
 def test_reserved_namespace_and_malformed_sparql_are_refused(hub: RunningHub) -> None:
     assert put(hub, '<urn:lucid-hub:bnode:abc.0> <http://ex/p> "x" .\n').status_code == 400
-    response = requests.post(f"{hub.url}/sparql", data="INSERT DATA { nonsense", timeout=30,
+    response = hub.http.post(f"{hub.url}/sparql", data="INSERT DATA { nonsense", timeout=30,
                              headers={"Content-Type": "application/sparql-update"})
     assert response.status_code == 400 and "malformed" in response.text
-    assert requests.post(f"{hub.url}/sparql", data="LOAD <http://evil/>", timeout=30,
+    assert hub.http.post(f"{hub.url}/sparql", data="LOAD <http://evil/>", timeout=30,
                          headers={"Content-Type": "application/sparql-update"}).status_code == 400
     assert_consistent(hub.runtime)
 
 
 def test_health_and_readiness(hub: RunningHub) -> None:
-    assert requests.get(f"{hub.url}/healthz", timeout=30).text.strip() == "ok"
-    assert requests.get(f"{hub.url}/readyz", timeout=30).status_code == 200
+    assert hub.http.get(f"{hub.url}/healthz", timeout=30).text.strip() == "ok"
+    assert hub.http.get(f"{hub.url}/readyz", timeout=30).status_code == 200
 
 
 def test_uploaded_patch_removing_what_the_graph_lacks_is_409_and_archives_nothing(hub: RunningHub) -> None:
     v1 = put(hub, V1).json()["version"]
     body = f"H prev <{v1}> .\nTX .\nD <http://ex/kpi1> <http://ex/unit> \"weeks\" <{G}> .\nTC .\n"
-    response = requests.post(f"{hub.url}/patches", params={"graph": G}, data=body, timeout=30,
+    response = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=body, timeout=30,
                              headers={"Content-Type": "application/rdf-patch"})
     assert response.status_code == 409 and "does not hold" in response.text
     assert [p.id for p in hub.runtime.publisher.history(G)] == [v1]

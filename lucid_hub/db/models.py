@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, LargeBinary, String, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, String, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 IRI = String(2048)
@@ -82,3 +82,47 @@ class LogOffset(Base):
 
     group: Mapped[str] = mapped_column(String(255), primary_key=True)
     offset: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class OAuthClient(Base):
+    """A partner's OAuth 2.0 client (client credentials grant). The secret is stored hashed."""
+
+    __tablename__ = "oauth_clients"
+
+    client_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    secret_hash: Mapped[str] = mapped_column(String(255))
+    groups: Mapped[str] = mapped_column(String(4096), default="")  # space-separated
+    scopes: Mapped[str] = mapped_column(String(1024), default="")  # space-separated
+    callback_prefixes: Mapped[str] = mapped_column(String(8192), default="")  # space-separated URLs
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RevokedToken(Base):
+    """A revoked access token (RFC 7009), remembered until it would have expired anyway."""
+
+    __tablename__ = "revoked_tokens"
+
+    jti: Mapped[str] = mapped_column(String(128), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    revoked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AdminAccount(Base):
+    """An account that may sign in to the admin page (password stored hashed)."""
+
+    __tablename__ = "admin_accounts"
+
+    username: Mapped[str] = mapped_column(String(255), primary_key=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class HubState(Base):
+    """Small named values the hub keeps across restarts (e.g. the policy files' digest)."""
+
+    __tablename__ = "hub_state"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[str] = mapped_column(String(4096))

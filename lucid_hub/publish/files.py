@@ -63,16 +63,19 @@ def _publish_http(hub_url: str, path: Path, graph: str, *, author: str, message:
                   echo: Callable[[str], None]) -> None:
     import requests
 
+    from lucid_hub.auth.client_side import hub_token
+
     rdf_fmt = format_of_path(path, fmt)
     media_type = rdf_fmt.media_type
+    token = hub_token(hub_url, "graphs:write")  # the hub records the token's party as the author
     size = path.stat().st_size
     try:
         with path.open("rb") as raw, click.progressbar(length=size, label=f"uploading {path.name}",
                                                        file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
             response = requests.put(f"{hub_url.rstrip('/')}/graphs", params={"graph": graph},
                                     data=_UploadBody(raw, size, bar.update), timeout=3600,
-                                    headers={"Content-Type": media_type, "X-Lucid-Author": author,
-                                             "X-Lucid-Message": message})
+                                    headers={"Content-Type": media_type, "X-Lucid-Message": message,
+                                             "Authorization": f"Bearer {token}"})
         echo("waiting for the hub to diff and publish ...")
     except requests.RequestException as exc:
         raise LucidError(f"cannot reach the hub at {hub_url}: {exc}") from None

@@ -6,7 +6,7 @@ from flask import Flask
 
 from lucid_hub.config import Settings
 from lucid_hub.runtime import Runtime
-from lucid_hub.web import archive, errors, graphs, ops, sparql
+from lucid_hub.web import admin, archive, errors, graphs, oauth, ops, sparql
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
@@ -16,6 +16,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["lucid"] = runtime or Runtime.open(settings)
     errors.register(app)
-    for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint):
+    oauth.init_oauth(app)
+    admin.init_admin(app)
+    for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
+                      admin.api, admin.ui):
         app.register_blueprint(blueprint)
     return app

@@ -13,12 +13,11 @@ from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
+from lucid_hub.web.authz import author, authorized_graph, require_graph, require_scope
 from lucid_hub.web.common import (
     RDF_MEDIA_TYPES,
-    author,
     discovery_links,
     etag,
-    graph_param,
     graph_url,
     message,
     negotiate,
@@ -35,7 +34,7 @@ CONTAINER_TYPES = ["text/turtle", "application/ld+json", "application/n-triples"
 
 @blueprint.get("/patches")
 def container() -> Response:
-    graph = graph_param()
+    graph = authorized_graph("read")
     settings = runtime().settings
     since = request.args.get("since")
     if since is not None:
@@ -66,7 +65,9 @@ def _page_url(graph: str, since: str) -> str:
 @blueprint.get("/patches/<path:patch_id>")
 def patch_resource(patch_id: str) -> Response:
     check_patch_id(patch_id)
+    require_scope("graphs:read")  # before the lookup: no probing which patches exist
     record = runtime().publisher.patch(patch_id)
+    require_graph(record.graph, "read")
     media_type = negotiate(PATCH_TYPES, RDF_PATCH)
     if media_type == RDF_PATCH:
         body = record.body
@@ -91,7 +92,7 @@ def _html(graph: str, patch_id: str, text: str) -> str:
 
 @blueprint.post("/patches")
 def upload() -> Response:
-    graph = graph_param()
+    graph = authorized_graph("write")
     if (request.mimetype or "").lower() != RDF_PATCH:
         raise UnsupportedMediaTypeError(f"upload patches as {RDF_PATCH}, not {request.mimetype or '(none)'}")
     patch = runtime().publisher.upload(graph, request.get_data(cache=False), author=author(), message=message())

@@ -19,7 +19,6 @@ RDF_MEDIA_TYPES = {
     "application/trig": ox.RdfFormat.TRIG,
     "application/ld+json": ox.RdfFormat.JSON_LD,
 }
-AUTHOR_HEADER = "X-Lucid-Author"
 MESSAGE_HEADER = "X-Lucid-Message"
 
 
@@ -48,10 +47,6 @@ def body_quads(base_iri: str) -> Iterator[ox.Quad]:
         known = ", ".join(RDF_MEDIA_TYPES)
         raise UnsupportedMediaTypeError(f"Content-Type {media_type or '(none)'} is not RDF; use one of {known}")
     return read_quads(request.get_data(cache=False), fmt, base_iri=base_iri, name="request body")
-
-
-def author() -> str:
-    return request.headers.get(AUTHOR_HEADER, "anonymous")[:512]
 
 
 def message() -> str:

@@ -13,6 +13,9 @@ log = logging.getLogger(__name__)
 
 # Most specific first: the first matching family decides the status.
 STATUS: list[tuple[type[Exception], int]] = [
+    (e.AuthenticationError, 401),
+    (e.ForbiddenError, 403),
+    (e.RateLimitedError, 429),
     (e.InputTooLargeError, 413),
     (e.UnsupportedMediaTypeError, 415),
     (e.PatchVerificationError, 422),
@@ -40,6 +43,17 @@ def text(status: int, reason: str, headers: dict[str, str] | None = None) -> Res
     return Response(" ".join(reason.split()) + "\n", status=status, mimetype="text/plain", headers=headers)
 
 
+def bearer_challenge(error: str, description: str, scope: str | None = None) -> str:
+    """An RFC 6750 `WWW-Authenticate` value; no error attributes when no token was sent."""
+    parts = ['Bearer realm="lucid-hub"']
+    if error:
+        clean = " ".join(description.split()).replace("\\", "").replace('"', "'")[:300]
+        parts += [f'error="{error}"', f'error_description="{clean}"']
+    if scope:
+        parts.append(f'scope="{scope}"')
+    return ", ".join(parts)
+
+
 def register(app: Flask) -> None:
     @app.errorhandler(e.LucidError)
     def lucid_error(exc: e.LucidError) -> Response:
@@ -47,6 +61,15 @@ def register(app: Flask) -> None:
         headers = {}
         if isinstance(exc, e.ConflictError):
             headers["ETag"] = f'"{exc.head or ""}"'
+        if isinstance(exc, e.AuthenticationError):
+            headers["WWW-Authenticate"] = bearer_challenge(exc.error, str(exc))
+        if isinstance(exc, e.ForbiddenError):
+            if exc.scope:
+                headers["WWW-Authenticate"] = bearer_challenge("insufficient_scope", str(exc), exc.scope)
+            if exc.request_id:
+                headers["X-Request-Id"] = exc.request_id
+        if isinstance(exc, e.RateLimitedError):
+            headers["Retry-After"] = str(exc.retry_after)
         if status >= 500:
             log.error("request failed: %s", exc)
         return text(status, str(exc), headers)

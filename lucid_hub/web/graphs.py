@@ -10,13 +10,12 @@ from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.store.graphs import check_no_skolem
+from lucid_hub.web.authz import author, authorized_graph
 from lucid_hub.web.common import (
     RDF_MEDIA_TYPES,
-    author,
     body_quads,
     discovery_links,
     etag,
-    graph_param,
     message,
     negotiate,
     patch_url,
@@ -30,7 +29,7 @@ OUTPUT_TYPES = ["text/turtle", "application/trig", "application/n-quads", "appli
 
 @blueprint.get("/graphs")
 def get_graph() -> Response:
-    graph = graph_param()
+    graph = authorized_graph("read")
     version, statements = runtime().publisher.content(graph, request.args.get("version"))
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
     body = render(graph, statements, media_type)
@@ -85,7 +84,7 @@ def _result(graph: str, patch: Patch | None) -> Response:
 
 @blueprint.put("/graphs")
 def put_graph() -> Response:
-    graph = graph_param()
+    graph = authorized_graph("write")
     new = _body_msgs(graph)
     patch = runtime().publisher.replace(graph, new, author=author(), message=message(), if_match=_if_match())
     return _result(graph, patch)
@@ -93,7 +92,7 @@ def put_graph() -> Response:
 
 @blueprint.post("/graphs")
 def post_graph() -> Response:
-    graph = graph_param()
+    graph = authorized_graph("write")
     new = _body_msgs(graph)
     patch = runtime().publisher.merge(graph, new, author=author(), message=message(), if_match=_if_match())
     return _result(graph, patch)
@@ -101,6 +100,6 @@ def post_graph() -> Response:
 
 @blueprint.delete("/graphs")
 def delete_graph() -> Response:
-    graph = graph_param()
+    graph = authorized_graph("write")
     patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_if_match())
     return _result(graph, patch)

@@ -12,7 +12,8 @@ from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
 from lucid_hub.rdf.syntax import read_quads
 from lucid_hub.store.graphs import check_no_skolem
-from lucid_hub.web.common import author, message, patch_url, runtime
+from lucid_hub.web.authz import author, require_graph, require_scope
+from lucid_hub.web.common import message, patch_url, runtime
 
 blueprint = Blueprint("sparql", __name__)
 # rdflib must never rewrite lexical forms (a process-wide switch of rdflib's).
@@ -50,12 +51,15 @@ def sparql_update() -> Response:
     is an rdflib dataset with literal normalisation off: pyoxigraph's store would turn
     "01"^^xsd:integer into "1", and rdflib still evaluates values for FILTERs.
     """
+    require_scope("graphs:write")
     update = _update_text()
     if re.search(r"\b(LOAD|SERVICE)\b", update, re.IGNORECASE):
         raise InputError("LOAD and SERVICE are not allowed (the hub does not fetch URLs for updates)")
     rt = runtime()
     owned = [g.iri for g in rt.publisher.graphs()]
     loaded = _mentioned(update, owned)
+    for graph in loaded:  # an update may write any graph it names: it needs write on each
+        require_graph(graph, "write")
     scratch = rdflib.Dataset()
     for graph in loaded:
         _, statements = rt.publisher.content(graph)
@@ -68,6 +72,8 @@ def sparql_update() -> Response:
         raise InputError("updates must write into named graphs (GRAPH <IRI> { … } or WITH <IRI>)")
     names = {str(g.identifier) for g in scratch.graphs() if isinstance(g.identifier, rdflib.URIRef)}
     names.discard(str(rdflib.graph.DATASET_DEFAULT_GRAPH_ID))
+    for graph in sorted(names - set(loaded)):  # created by the update: checked before any publish
+        require_graph(graph, "write")
     results = []
     for graph in sorted(set(loaded) | names):
         text = scratch.graph(rdflib.URIRef(graph)).serialize(format="nt", encoding="utf-8")

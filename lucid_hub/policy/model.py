@@ -1,0 +1,208 @@
+"""Access conditions in the eccenca authorization vocabulary: read from and written to RDF
+(Turtle) and JSON, validated on the way in.
+
+A condition applies to a party when all its required attributes hold (groups, account,
+endpoint id); it then grants read or write (write implies read) on graphs named one by one,
+on graph IRI patterns (a constant prefix with a trailing `*`), or on all graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import pyoxigraph as ox
+
+from lucid_hub.errors import PolicyError
+
+ECCAUTH = "https://vocab.eccenca.com/auth/"
+RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+RDFS_LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
+RDFS_COMMENT = "http://www.w3.org/2000/01/rdf-schema#comment"
+ACCESS_CONDITION = ECCAUTH + "AccessCondition"
+# The all-graphs IRI: eccenca's own, and the one of Corporate Memory's older releases.
+ALL_GRAPHS = ECCAUTH + "AllGraphs"
+ALL_GRAPHS_ALIASES = frozenset({ALL_GRAPHS, "urn:elds-backend-all-graphs"})
+
+# JSON field -> property IRI. requiresAttribute's sub-properties: all must hold.
+PROPERTIES = {
+    "requiresGroup": ECCAUTH + "requiresGroup",
+    "requiresAccount": ECCAUTH + "requiresAccount",
+    "requiresEndpointId": ECCAUTH + "requiresEndpointId",
+    "readGraph": ECCAUTH + "readGraph",
+    "writeGraph": ECCAUTH + "writeGraph",
+    "grantReadGraphPattern": ECCAUTH + "grantReadGraphPattern",
+    "grantWriteGraphPattern": ECCAUTH + "grantWriteGraphPattern",
+}
+REQUIREMENTS = ("requiresGroup", "requiresAccount", "requiresEndpointId")
+GRAPH_FIELDS = ("readGraph", "writeGraph")
+PATTERN_FIELDS = ("grantReadGraphPattern", "grantWriteGraphPattern")
+_BY_IRI = {iri: name for name, iri in PROPERTIES.items()}
+_ALLOWED = {RDF_TYPE, RDFS_LABEL, RDFS_COMMENT, *PROPERTIES.values()}
+MAX_VALUES = 10_000
+
+
+def _iri(value: str, what: str) -> str:
+    try:
+        ox.NamedNode(value)
+    except (ValueError, TypeError):
+        raise PolicyError(f"{what} {value!r} is not an absolute IRI") from None
+    return value
+
+
+def _pattern(value: str, what: str) -> str:
+    if not value.endswith("*") or "*" in value[:-1]:
+        raise PolicyError(f"{what} {value!r} must be a constant prefix with one trailing '*'")
+    if len(value) < 2:
+        raise PolicyError(f"{what} {value!r} must have a prefix before the '*' (use the all-graphs IRI instead)")
+    return value
+
+
+@dataclass(frozen=True)
+class Condition:
+    iri: str
+    label: str = ""
+    requiresGroup: tuple[str, ...] = ()  # field names are the vocabulary's
+    requiresAccount: tuple[str, ...] = ()
+    requiresEndpointId: tuple[str, ...] = ()
+    readGraph: tuple[str, ...] = ()
+    writeGraph: tuple[str, ...] = ()
+    grantReadGraphPattern: tuple[str, ...] = ()
+    grantWriteGraphPattern: tuple[str, ...] = ()
+    comment: str = field(default="", compare=False)
+
+    def validate(self) -> Condition:
+        """The condition itself when valid; PolicyError says what is wrong."""
+        _iri(self.iri, "condition")
+        if not any(getattr(self, f) for f in (*GRAPH_FIELDS, *PATTERN_FIELDS)):
+            raise PolicyError(f"condition <{self.iri}> grants nothing: give readGraph, writeGraph or a pattern")
+        for name in GRAPH_FIELDS:
+            for value in getattr(self, name):
+                _iri(value, name)
+        for name in PATTERN_FIELDS:
+            for value in getattr(self, name):
+                _pattern(value, name)
+        for name in REQUIREMENTS:
+            for value in getattr(self, name):
+                if not value or len(value) > 2048:
+                    raise PolicyError(f"{name} values must be 1-2048 characters")
+        if sum(len(getattr(self, f)) for f in PROPERTIES) > MAX_VALUES:
+            raise PolicyError(f"condition <{self.iri}> has more than {MAX_VALUES} values")
+        return self
+
+    @property
+    def requirements(self) -> dict[str, tuple[str, ...]]:
+        return {name: getattr(self, name) for name in REQUIREMENTS if getattr(self, name)}
+
+    # --- JSON ------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"iri": self.iri}
+        if self.label:
+            out["label"] = self.label
+        if self.comment:
+            out["comment"] = self.comment
+        for name in PROPERTIES:
+            out[name] = list(getattr(self, name))
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any, iri: str | None = None) -> Condition:
+        if not isinstance(data, dict):
+            raise PolicyError("a condition is a JSON object")
+        known = {"iri", "label", "comment", *PROPERTIES}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise PolicyError(f"unknown property {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        values: dict[str, Any] = {}
+        for name in PROPERTIES:
+            raw = data.get(name, [])
+            if isinstance(raw, str):
+                raw = [raw]
+            if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+                raise PolicyError(f"{name} must be a list of strings")
+            values[name] = tuple(dict.fromkeys(raw))
+        for text_field in ("label", "comment"):
+            if not isinstance(data.get(text_field, ""), str):
+                raise PolicyError(f"{text_field} must be a string")
+        condition_iri = iri or data.get("iri")
+        if not isinstance(condition_iri, str) or not condition_iri:
+            raise PolicyError("a condition needs an iri")
+        if iri and data.get("iri") not in (None, iri):
+            raise PolicyError(f"the body's iri {data.get('iri')!r} is not the condition's <{iri}>")
+        return cls(iri=condition_iri, label=data.get("label", ""), comment=data.get("comment", ""),
+                   **values).validate()
+
+    # --- RDF -------------------------------------------------------------------------
+    def statements(self) -> list[str]:
+        """The condition as canonical N-Triples statements (no trailing ' .')."""
+        s = ox.NamedNode(self.iri)
+        out = [f"{s} <{RDF_TYPE}> <{ACCESS_CONDITION}>"]
+        if self.label:
+            out.append(f"{s} <{RDFS_LABEL}> {ox.Literal(self.label)}")
+        if self.comment:
+            out.append(f"{s} <{RDFS_COMMENT}> {ox.Literal(self.comment)}")
+        for name, iri in PROPERTIES.items():
+            for value in getattr(self, name):
+                term = ox.NamedNode(value) if name in GRAPH_FIELDS else ox.Literal(value)
+                out.append(f"{s} <{iri}> {term}")
+        return out
+
+
+def conditions_from_quads(quads: Iterable[ox.Quad], source: str) -> list[Condition]:
+    """The access conditions in RDF; anything that is not one is an error, not ignored."""
+    subjects: dict[str, dict[str, list[str]]] = {}
+    typed: set[str] = set()
+    for q in quads:
+        if not isinstance(q.subject, ox.NamedNode):
+            raise PolicyError(f"{source}: access conditions are named by IRIs, not blank nodes ({q.subject})")
+        p = q.predicate.value
+        if p not in _ALLOWED:
+            raise PolicyError(f"{source}: unknown property <{p}> on <{q.subject.value}>")
+        if p == RDF_TYPE:
+            if not isinstance(q.object, ox.NamedNode) or q.object.value != ACCESS_CONDITION:
+                raise PolicyError(f"{source}: <{q.subject.value}> has type {q.object}; only eccauth:AccessCondition")
+            typed.add(q.subject.value)
+            subjects.setdefault(q.subject.value, {})
+            continue
+        if not isinstance(q.object, ox.NamedNode | ox.Literal):
+            raise PolicyError(f"{source}: <{q.subject.value}> <{p}> needs an IRI or a literal as value")
+        value = q.object.value
+        subjects.setdefault(q.subject.value, {}).setdefault(p, []).append(value)
+    out = []
+    for iri, props in sorted(subjects.items()):
+        if iri not in typed:
+            raise PolicyError(f"{source}: <{iri}> is not typed eccauth:AccessCondition")
+        values: dict[str, Any] = {_BY_IRI[p]: tuple(sorted(set(v))) for p, v in props.items() if p in _BY_IRI}
+        label = props.get(RDFS_LABEL, [""])[0]
+        comment = props.get(RDFS_COMMENT, [""])[0]
+        out.append(Condition(iri=iri, label=label, comment=comment, **values).validate())
+    return out
+
+
+def parse_turtle(data: bytes | str, source: str, base_iri: str | None = None) -> list[Condition]:
+    try:
+        quads = list(ox.parse(data, format=ox.RdfFormat.TURTLE, base_iri=base_iri))
+    except SyntaxError as exc:
+        raise PolicyError(f"{source}: not valid Turtle: {' '.join(str(exc).split())}") from None
+    return conditions_from_quads(quads, source)
+
+
+def to_turtle(conditions: Iterable[Condition]) -> str:
+    lines = [f"@prefix eccauth: <{ECCAUTH}> .", f"@prefix rdfs: <{RDFS_LABEL[:-5]}> .", ""]
+    for c in conditions:
+        body = ["a eccauth:AccessCondition"]
+        if c.label:
+            body.append(f"rdfs:label {ox.Literal(c.label)}")
+        if c.comment:
+            body.append(f"rdfs:comment {ox.Literal(c.comment)}")
+        for name in PROPERTIES:
+            values = getattr(c, name)
+            if values:
+                terms = [str(ox.NamedNode(v) if name in GRAPH_FIELDS else ox.Literal(v)) for v in values]
+                body.append(f"eccauth:{name} " + ", ".join(terms))
+        lines.append(f"<{c.iri}>\n    " + " ;\n    ".join(body) + " .\n")
+    return "\n".join(lines)
+
+
+assert {f.name for f in fields(Condition)} >= set(PROPERTIES)
