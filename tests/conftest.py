@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,8 +178,8 @@ class RunningHub:
         return http
 
 
-@pytest.fixture
-def hub(tmp_path: Path, db_url: str) -> Iterator[RunningHub]:
+@contextmanager
+def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None) -> Iterator[RunningHub]:
     """A hub (create_app + a real threaded HTTP server) on a free loopback port."""
     import threading
 
@@ -189,9 +190,9 @@ def hub(tmp_path: Path, db_url: str) -> Iterator[RunningHub]:
     from lucid_hub.web import create_app
 
     port = free_port()
-    settings = Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": db_url,
+    settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_DATABASE_URL": db_url,
                                   "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}", "LUCID_MAX_BODY_BYTES": "200000",
-                                  "LUCID_PAGE_SIZE": "3"})
+                                  "LUCID_PAGE_SIZE": "3", **(extra_env or {})})
     runtime = Runtime.open(settings)
     server = make_server("127.0.0.1", port, create_app(settings, runtime), threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -205,6 +206,12 @@ def hub(tmp_path: Path, db_url: str) -> Iterator[RunningHub]:
         server.shutdown()
         thread.join(timeout=10)
         runtime.close()
+
+
+@pytest.fixture
+def hub(tmp_path: Path, db_url: str) -> Iterator[RunningHub]:
+    with running_hub(tmp_path / "data", db_url) as running:
+        yield running
 
 
 def assert_consistent(runtime) -> None:  # type: ignore[no-untyped-def]

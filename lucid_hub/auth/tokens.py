@@ -81,6 +81,8 @@ class TrustedIssuer:
     account_claim: str = "sub"
     client_claim: str = "azp"
     scope_claim: str = "scope"
+    # Least seconds between fetches of the issuer's keys (an unknown kid triggers one).
+    jwks_refresh_seconds: float = JWKS_REFRESH
 
     @classmethod
     def parse_all(cls, text: str) -> list[TrustedIssuer]:
@@ -142,7 +144,8 @@ class _ExternalKeys:
     def get(self, kid: str | None) -> KeySet:
         with self.lock:
             known = self.keys is not None and (kid is None or any(k.kid == kid for k in self.keys.keys))
-            if not known and time.monotonic() - self.fetched >= (JWKS_REFRESH if self.keys else 0):
+            wait = self.issuer.jwks_refresh_seconds if self.keys else 0
+            if not known and time.monotonic() - self.fetched >= wait:
                 self.keys = KeySet.import_key_set(self._load())
                 self.fetched = time.monotonic()
             if self.keys is None:
