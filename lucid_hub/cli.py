@@ -450,6 +450,21 @@ def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, 
     run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka)
 
 
+@bench.command("auth")
+@click.option("--conditions", default=1000, show_default=True)
+@click.option("--graphs", default=10_000, show_default=True)
+@click.option("--clients", default=200, show_default=True)
+@click.option("--requests", "request_count", default=100_000, show_default=True)
+@click.option("--seed", default=1, show_default=True)
+def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, seed: int) -> None:
+    """Token validation plus access decision per request, against naive evaluation."""
+    from lucid_hub.bench.auth import run
+
+    if min(conditions, clients, request_count) < 1 or graphs < 100:
+        raise InputError("--conditions, --clients and --requests must be positive, --graphs at least 100")
+    run(conditions, graphs, clients, request_count, seed)
+
+
 @bench.command("diff")
 @click.option("--sizes", default="1000000,10000000", show_default=True,
               help="Comma-separated snapshot sizes in triples; the scaling factor is last / first.")

@@ -177,3 +177,11 @@ def test_every_endpoint_against_no_token_wrong_scope_denied_graph_and_allowed(hu
     # public: health, keys, metadata
     for path in ("/healthz", "/readyz", "/.well-known/jwks.json", "/.well-known/oauth-authorization-server"):
         assert requests.get(f"{hub.url}{path}", timeout=30).status_code == 200, path
+
+
+def test_bench_auth_runs_and_reports_both_goals(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("bench", "auth", "--conditions", "50", "--graphs", "1000", "--clients", "5", "--requests", "2000")
+    assert result.code == 0, result.err
+    assert "naive baseline" in result.out and "goal p50 <= 0.2 ms" in result.out
+    assert "goal change takes effect for the next request  met" in result.out
+    assert run_cli("bench", "auth", "--graphs", "10").code == 1

@@ -30,6 +30,22 @@ GRAPH = "http://example.org/graph/bench-publish"
 NT = {"Content-Type": "application/n-triples"}
 
 
+def _token(data: Path, url: str) -> str:
+    """An access token of a new hub-admin client of the hub in `data` (client credentials)."""
+    from lucid_hub.auth.client_side import client_credentials_token
+    from lucid_hub.auth.clients import ClientRegistry
+    from lucid_hub.config import Settings
+    from lucid_hub.db.session import Database
+
+    db = Database(Settings.from_env({"LUCID_DATA_DIR": str(data)}).db_url)
+    try:
+        record, secret = ClientRegistry(db).create("bench publish", groups=["lucid-hub-admins"],
+                                                   scopes=["graphs:read", "graphs:write"])
+    finally:
+        db.dispose()
+    return client_credentials_token(url, record.client_id, secret)
+
+
 @contextmanager
 def _hub(data: Path, extra_env: dict[str, str]) -> Iterator[str]:
     port = free_port()
@@ -39,7 +55,9 @@ def _hub(data: Path, extra_env: dict[str, str]) -> Iterator[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, 60)
-        yield f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        NT["Authorization"] = f"Bearer {_token(data, url)}"  # every request below sends it
+        yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -94,12 +112,13 @@ def _small_updates(url: str, updates: int, clients: int) -> tuple[list[float], f
 _CLIENT = """
 import http.client, sys
 host, port, n, count, graph = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+headers = {"Content-Type": "application/n-triples", "Authorization": sys.stdin.readline().strip()}
 conn = http.client.HTTPConnection(host, port, timeout=60)
 sys.stdin.readline()
 for i in range(count):
     body = "".join(f'<http://example.org/kpi/{n}-{i}> <http://example.org/p{k}> "value {i}.{k}" .\\n'
                    for k in range(10)).encode()
-    conn.request("POST", "/graphs?graph=" + graph, body=body, headers={"Content-Type": "application/n-triples"})
+    conn.request("POST", "/graphs?graph=" + graph, body=body, headers=headers)
     r = conn.getresponse(); r.read()
     if r.status >= 300:
         sys.exit(f"publish failed: {r.status}")
@@ -111,6 +130,10 @@ def _throughput(host: str, port: int, updates: int, clients: int) -> float:
     count = updates // clients
     procs = [subprocess.Popen([sys.executable, "-c", _CLIENT, host, str(port), str(10**6 + n), str(count), GRAPH],
                               stdin=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(clients)]
+    for p in procs:  # the token goes over stdin, not the command line (which others can read)
+        assert p.stdin is not None
+        p.stdin.write(f"{NT['Authorization']}\n".encode())
+        p.stdin.flush()
     start = time.perf_counter()
     for p in procs:
         assert p.stdin is not None
