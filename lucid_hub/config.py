@@ -67,8 +67,23 @@ class Settings:
     trusted_issuers: str = ""
     # Failed token or sign-in attempts per client / address and minute before 429.
     auth_rate_limit: int = 10
-    # Development mode: the admin session cookie may travel over plain HTTP.
+    # Development mode: the admin session cookie may travel over plain HTTP; WebSub callbacks
+    # may be http and on loopback. For demos and tests, never in production.
     dev_mode: bool = False
+    # WebSub leases (seconds): given when the subscriber asks for none, and the bounds.
+    lease_default: int = 10 * 24 * 3600
+    lease_min: int = 60
+    lease_max: int = 30 * 24 * 3600
+    # Address ranges (CIDR, comma-separated) callbacks may resolve to although private.
+    callback_allow_cidrs: str = ""
+    # Deliveries: attempts before a subscription is marked failed; backoff (seconds) doubles
+    # from base up to max, with jitter; seconds a callback may take to answer.
+    delivery_max_attempts: int = 10
+    delivery_backoff_base: float = 1.0
+    delivery_backoff_max: float = 600.0
+    delivery_timeout: float = 10.0
+    # `serve` delivers WebSub notifications itself (false: leave it to `lucid-hub worker`s).
+    deliver_in_process: bool = True
 
     def spark_settings(self) -> dict[str, str]:
         """LUCID_SPARK_CONF as a dict of `spark.*` settings."""
@@ -122,6 +137,10 @@ class Settings:
             raise ConfigError("LUCID_PORT must be a TCP port")
         if self.token_lifetime < 30:
             raise ConfigError("LUCID_TOKEN_LIFETIME must be at least 30 seconds")
+        if not 0 < self.lease_min <= self.lease_default <= self.lease_max:
+            raise ConfigError("WebSub leases need 0 < LUCID_LEASE_MIN <= LUCID_LEASE_DEFAULT <= LUCID_LEASE_MAX")
+        if self.delivery_max_attempts < 1 or self.delivery_backoff_base <= 0 or self.delivery_timeout <= 0:
+            raise ConfigError("LUCID_DELIVERY_MAX_ATTEMPTS, _BACKOFF_BASE and _TIMEOUT must be positive")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
 

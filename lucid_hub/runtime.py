@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from lucid_hub.auth import ClientRegistry, TokenService
 from lucid_hub.auth.tokens import TrustedIssuer
@@ -32,6 +33,17 @@ class Runtime:
     clients: ClientRegistry
     tokens: TokenService
     policies: PolicyService
+    websub: Any = None  # lucid_hub.delivery.hub.WebSubHub, once start_delivery() ran
+
+    def start_delivery(self, run: bool = True) -> Any:
+        """The WebSub hub of this process; `run` starts delivering in the background."""
+        if self.websub is None:
+            from lucid_hub.delivery.hub import WebSubHub
+
+            self.websub = WebSubHub(self.settings, self.db, self.publisher, self.policies)
+        if run:
+            self.websub.start()
+        return self.websub
 
     @classmethod
     def open(cls, settings: Settings, *, repair: bool = True) -> Runtime:
@@ -66,6 +78,8 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
+        if self.websub is not None:
+            self.websub.stop()
         self.publisher.stop_relay()
         self.log.close()
         self.canonicalizer.close()

@@ -126,3 +126,35 @@ class HubState(Base):
 
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     value: Mapped[str] = mapped_column(String(4096))
+
+
+class Subscription(Base):
+    """A WebSub subscription of a partner's callback to one graph, with its delivery cursor.
+
+    `delivered_seq` is the chain position (PatchRecord.seq) of the last patch the callback
+    acknowledged: the next delivery is always seq + 1, so patches never overtake each other
+    and a crash between a POST and its record repeats at most that one delivery.
+    """
+
+    __tablename__ = "subscriptions"
+    __table_args__ = (UniqueConstraint("graph", "callback", name="uq_subscriptions_graph_callback"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    graph: Mapped[str] = mapped_column(IRI, index=True)
+    callback: Mapped[str] = mapped_column(String(2048))
+    # The party that subscribed, as its token said: access is re-checked with it at every delivery.
+    account: Mapped[str] = mapped_column(String(255))
+    endpoint_id: Mapped[str] = mapped_column(String(255))
+    groups: Mapped[str] = mapped_column(String(4096), default="")
+    secret: Mapped[str | None] = mapped_column(String(200))  # the HMAC key the subscriber chose
+    media_type: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), index=True)  # active, failed, expired, cancelled
+    lease_expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    delivered_seq: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # consecutive failed attempts
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_success_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str] = mapped_column(String(1024), default="")
+    delivered_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
+    failures_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

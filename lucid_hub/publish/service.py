@@ -174,6 +174,8 @@ class Publisher:
         self._relay_wanted = threading.Event()
         self._relay_thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        # Called with each archived patch (e.g. to wake WebSub delivery); must not raise or block.
+        self.listeners: list[Callable[[Patch], None]] = []
 
     # --- reading -------------------------------------------------------------------------
 
@@ -274,6 +276,7 @@ class Publisher:
                 self.cache.advance(patch)
                 break
         self._outbox_changed()
+        self._published(patch)
         return patch
 
     def export(self, graph: str, path: Path) -> str | None:
@@ -345,7 +348,17 @@ class Publisher:
             self.store.apply(patch)
             self.cache.advance(patch)
         self._outbox_changed()
+        self._published(patch)
         return patch
+
+    def _published(self, patch: Patch | None) -> None:
+        if patch is None:
+            return
+        for listener in self.listeners:
+            try:
+                listener(patch)
+            except Exception:  # a listener's failure is its own; the patch is archived
+                log.exception("patch listener failed")
 
     def _append(self, patch: Patch) -> None:
         """Archive the patch and advance the head by compare-and-set, in one transaction.

@@ -6,7 +6,7 @@ from flask import Flask
 
 from lucid_hub.config import Settings
 from lucid_hub.runtime import Runtime
-from lucid_hub.web import admin, archive, errors, graphs, oauth, ops, sparql
+from lucid_hub.web import admin, archive, errors, graphs, oauth, ops, sparql, websub
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
@@ -16,9 +16,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["lucid"] = runtime or Runtime.open(settings)
     errors.register(app)
+    app.extensions["lucid"].start_delivery(settings.deliver_in_process)
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
-                      admin.api, admin.ui):
+                      admin.api, admin.ui, websub.blueprint):
         app.register_blueprint(blueprint)
     return app

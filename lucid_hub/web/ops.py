@@ -31,3 +31,29 @@ def jwks() -> Response:
     response = jsonify(runtime().keys.jwks())
     response.headers["Cache-Control"] = "public, max-age=300"
     return response
+
+
+@blueprint.get("/metrics")
+def metrics() -> Response:
+    """Prometheus text format. Labels are subscription ids only (no graph IRIs or callback
+    URLs): the admin API maps ids to subscriptions."""
+    lines = ["# HELP lucid_subscription_lag Patches of the graph not yet delivered to the subscription.",
+             "# TYPE lucid_subscription_lag gauge"]
+    subs = runtime().start_delivery(run=False).subscriptions()
+    lines += [f'lucid_subscription_lag{{subscription="{s["id"]}",state="{s["state"]}"}} {s["lag"]}' for s in subs]
+    lines += ["# HELP lucid_subscription_delivered_total Patches delivered to the subscription.",
+              "# TYPE lucid_subscription_delivered_total counter"]
+    lines += [f'lucid_subscription_delivered_total{{subscription="{s["id"]}"}} {s["delivered"]}' for s in subs]
+    lines += ["# HELP lucid_subscription_failures_total Failed delivery attempts.",
+              "# TYPE lucid_subscription_failures_total counter"]
+    lines += [f'lucid_subscription_failures_total{{subscription="{s["id"]}"}} {s["failures"]}' for s in subs]
+    lines += ["# HELP lucid_subscription_last_success_timestamp_seconds Time of the last delivery.",
+              "# TYPE lucid_subscription_last_success_timestamp_seconds gauge"]
+    from datetime import datetime
+
+    for s in subs:
+        if s["last_success_at"]:
+            stamp = datetime.fromisoformat(s["last_success_at"]).timestamp()
+            lines.append(f'lucid_subscription_last_success_timestamp_seconds{{subscription="{s["id"]}"}} {stamp:.3f}')
+    return Response("\n".join(lines) + "\n", mimetype="text/plain; version=0.0.4")
+

@@ -1,0 +1,1 @@
+"""WebSub delivery: subscriptions, verification of intent, and ordered, signed deliveries."""

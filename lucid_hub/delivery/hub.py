@@ -1,0 +1,328 @@
+"""The WebSub hub's work behind `/hub`: verification of intent, subscriptions with leases,
+and delivery of each graph's patches to each subscriber, in chain order, signed.
+
+Delivery is driven by a cursor per subscription (`delivered_seq`, the chain position the
+callback last acknowledged), not by the log's offsets: the next POST is always the patch at
+seq + 1, so a patch never overtakes an earlier one, retries keep the order, and a crash
+between a POST and its record repeats at most that one delivery (an id the subscriber has
+already applied). New patches wake the deliverer; a scan every second catches retries that
+fall due and leases that end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import random
+import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import requests
+from sqlalchemy import and_, select
+
+from lucid_hub.config import Settings
+from lucid_hub.db.models import Graph, PatchRecord, Subscription
+from lucid_hub.db.session import Database
+from lucid_hub.delivery.safety import check_addresses, parse_cidrs
+from lucid_hub.errors import InputError, LucidError, NotFoundError
+from lucid_hub.policy.service import PolicyService
+from lucid_hub.publish import Publisher
+from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
+from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.rdf.serialization import write_patch
+
+log = logging.getLogger(__name__)
+MEDIA_TYPES = {RDF_PATCH: "rdf-patch", "application/trig": "trig", "application/ld+json": "jsonld"}
+BATCH = 100  # patches one subscription gets in a row before others have their turn
+
+
+def with_query(url: str, params: dict[str, str]) -> str:
+    """The URL with `params` added to its own query string (which is preserved)."""
+    parts = urlsplit(url)
+    extra = urlencode(params)
+    query = f"{parts.query}&{extra}" if parts.query else extra
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)  # SQLite returns naive datetimes
+
+
+@dataclass(frozen=True)
+class Request:
+    """A verified-to-be-well-formed (un)subscription request of an authorised party."""
+
+    mode: str
+    graph: str
+    topic: str
+    callback: str
+    lease_seconds: int
+    secret: str | None
+    media_type: str
+    account: str
+    endpoint_id: str
+    groups: frozenset[str]
+
+
+class WebSubHub:
+    def __init__(self, settings: Settings, db: Database, publisher: Publisher, policies: PolicyService) -> None:
+        self.settings = settings
+        self.db = db
+        self.publisher = publisher
+        self.policies = policies
+        self.allowed = parse_cidrs(settings.callback_allow_cidrs)
+        self.http = requests.Session()
+        self.http.headers["User-Agent"] = "lucid-hub WebSub hub"
+        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="websub")
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._in_flight: set[int] = set()
+        self._lock = threading.Lock()
+        publisher.listeners.append(lambda _patch: self._wake.set())
+
+    # --- subscription requests ------------------------------------------------------
+    def accept(self, request: Request) -> None:
+        """Queue the verification of intent (the request was answered 202)."""
+        self._executor.submit(self._verify, request)
+
+    def deny(self, callback: str, topic: str, reason: str) -> None:
+        """Tell a callback its subscription was denied (or has been cancelled)."""
+        self._executor.submit(self._send_denied, callback, topic, reason)
+
+    def _send_denied(self, callback: str, topic: str, reason: str) -> None:
+        url = with_query(callback, {"hub.mode": "denied", "hub.topic": topic, "hub.reason": reason[:500]})
+        try:
+            self._check_target(callback)
+            self.http.get(url, timeout=self.settings.delivery_timeout, allow_redirects=False)
+        except (requests.RequestException, LucidError) as exc:
+            log.info("denial notice to a callback failed: %s", type(exc).__name__)
+
+    def _check_target(self, callback: str) -> None:
+        """Resolve again before each request: a name may point elsewhere since it was checked."""
+        parts = urlsplit(callback)
+        check_addresses(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80),
+                        dev_mode=self.settings.dev_mode, allowed=self.allowed)
+
+    def _verify(self, request: Request) -> None:
+        challenge = secrets.token_urlsafe(32)
+        params = {"hub.mode": request.mode, "hub.topic": request.topic, "hub.challenge": challenge}
+        if request.mode == "subscribe":
+            params["hub.lease_seconds"] = str(request.lease_seconds)
+        try:
+            self._check_target(request.callback)
+            answer = self.http.get(with_query(request.callback, params), timeout=self.settings.delivery_timeout,
+                                   allow_redirects=False)
+            confirmed = 200 <= answer.status_code < 300 and answer.text == challenge
+        except (requests.RequestException, LucidError) as exc:
+            log.info("verification of intent failed: %s", type(exc).__name__)
+            confirmed = False
+        if not confirmed:
+            return
+        if request.mode == "subscribe":
+            self._subscribe(request)
+        else:
+            self._unsubscribe(request)
+
+    def _subscribe(self, request: Request) -> None:
+        with self.db.session() as session:
+            graph = session.get(Graph, request.graph)
+            length = graph.length if graph is not None else 0
+            row = session.scalars(select(Subscription).where(
+                Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
+            expires = now() + timedelta(seconds=request.lease_seconds)
+            if row is None:  # new: deliveries start with the graph's next patch
+                session.add(Subscription(
+                    graph=request.graph, callback=request.callback, account=request.account,
+                    endpoint_id=request.endpoint_id, groups=" ".join(sorted(request.groups)), secret=request.secret,
+                    media_type=request.media_type, state="active", lease_expires_at=expires, delivered_seq=length,
+                    attempts=0, next_attempt_at=now(), last_error="", delivered_total=0, failures_total=0,
+                    created_at=now()))
+            else:  # renewal: the same subscription, a new lease (and secret, party, format)
+                if row.state != "active":
+                    row.delivered_seq = max(row.delivered_seq, 0) if row.state == "failed" else length
+                row.account, row.endpoint_id = request.account, request.endpoint_id
+                row.groups, row.secret, row.media_type = " ".join(sorted(request.groups)), request.secret, \
+                    request.media_type
+                row.state, row.lease_expires_at, row.attempts, row.next_attempt_at = "active", expires, 0, now()
+        self._wake.set()
+
+    def _unsubscribe(self, request: Request) -> None:
+        with self.db.session() as session:
+            row = session.scalars(select(Subscription).where(
+                Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
+            if row is not None:
+                session.delete(row)
+
+    # --- delivery -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="websub-delivery", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.deliver_due()
+            except Exception:  # the loop survives a database hiccup; the next round retries
+                log.exception("delivery round failed")
+            self._wake.wait(1.0)
+            self._wake.clear()
+
+    def deliver_due(self) -> list[int]:
+        """Start delivering to every subscription that has something due; their ids."""
+        with self.db.session() as session:
+            for row in session.scalars(select(Subscription).where(
+                    Subscription.state == "active", Subscription.lease_expires_at <= now())):
+                row.state = "expired"
+            due = list(session.scalars(
+                select(Subscription.id).join(Graph, Graph.iri == Subscription.graph).where(and_(
+                    Subscription.state == "active", Subscription.next_attempt_at <= now(),
+                    Subscription.delivered_seq < Graph.length))))
+        started = []
+        for sid in due:
+            with self._lock:
+                if sid in self._in_flight:
+                    continue
+                self._in_flight.add(sid)
+            started.append(sid)
+            self._executor.submit(self._deliver, sid)
+        return started
+
+    def _deliver(self, sid: int) -> None:
+        try:
+            for _ in range(BATCH):
+                if self._stop.is_set() or not self._deliver_one(sid):
+                    return
+        except Exception:
+            log.exception("delivery to subscription %s failed", sid)
+        finally:
+            with self._lock:
+                self._in_flight.discard(sid)
+            self._wake.set()  # more may be due (this one, after its batch)
+
+    def _deliver_one(self, sid: int) -> bool:
+        """POST the subscription's next patch; True when it was delivered and more may follow."""
+        with self.db.session() as session:
+            sub = session.get(Subscription, sid)
+            if sub is None or sub.state != "active" or _aware(sub.lease_expires_at) <= now():
+                return False
+            record = session.scalars(select(PatchRecord).where(
+                PatchRecord.graph == sub.graph, PatchRecord.seq == sub.delivered_seq + 1)).first()
+            if record is None:
+                return False
+            party = (sub.account, sub.endpoint_id, frozenset(sub.groups.split()))
+            callback, secret, media_type, graph = sub.callback, sub.secret, sub.media_type, sub.graph
+            patch_id, prev, seq, body = record.id, record.prev, record.seq, record.body
+        allowed, reason, _request_id = self.policies.decide(party, graph, "read")
+        if not allowed:
+            self._set(sid, state="cancelled", last_error=f"access withdrawn: {reason}"[:1024])
+            self._send_denied(callback, graph, f"access withdrawn: {reason}")
+            return False
+        if media_type != RDF_PATCH:
+            body = write_patch(read_rdf_patch(body, self.publisher.canonicalizer), MEDIA_TYPES[media_type])
+        base = self.settings.public_url
+        headers = {"Content-Type": media_type, "Link": f'<{base}/hub>; rel="hub", <{graph}>; rel="self"',
+                   "X-Lucid-Patch-Id": patch_id, "X-Lucid-Prev": prev or "", "X-Lucid-Graph": graph}
+        if secret:
+            digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+            headers["X-Hub-Signature"] = f"sha256={digest}"
+        try:
+            self._check_target(callback)
+            answer = self.http.post(callback, data=body, headers=headers, timeout=self.settings.delivery_timeout,
+                                    allow_redirects=False)
+            status, error = answer.status_code, f"HTTP {answer.status_code}"
+        except (requests.RequestException, LucidError) as exc:
+            status, error = 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
+        if 200 <= status < 300:
+            self._advance(sid, seq)
+            return True
+        if status == 410:
+            with self.db.session() as session:
+                row = session.get(Subscription, sid)
+                if row is not None:
+                    session.delete(row)
+            return False
+        self._failed(sid, error)
+        return False
+
+    def _advance(self, sid: int, seq: int) -> None:
+        with self.db.session() as session:
+            row = session.get(Subscription, sid)
+            if row is not None and row.delivered_seq == seq - 1:
+                row.delivered_seq, row.attempts, row.last_success_at = seq, 0, now()
+                row.delivered_total += 1
+                row.last_error = ""
+
+    def _failed(self, sid: int, error: str) -> None:
+        settings = self.settings
+        with self.db.session() as session:
+            row = session.get(Subscription, sid)
+            if row is None:
+                return
+            row.attempts += 1
+            row.failures_total += 1
+            row.last_error = error
+            if row.attempts >= settings.delivery_max_attempts:
+                row.state = "failed"
+                return
+            delay = min(settings.delivery_backoff_max, settings.delivery_backoff_base * 2 ** (row.attempts - 1))
+            jitter = random.uniform(0.5, 1.0)  # noqa: S311 (spreading retries, not security)
+            row.next_attempt_at = now() + timedelta(seconds=delay * jitter)
+
+    def _set(self, sid: int, **values: Any) -> None:
+        with self.db.session() as session:
+            row = session.get(Subscription, sid)
+            if row is not None:
+                for key, value in values.items():
+                    setattr(row, key, value)
+
+    # --- administration -------------------------------------------------------------
+    def subscriptions(self) -> list[dict[str, Any]]:
+        with self.db.session() as session:
+            rows = session.execute(select(Subscription, Graph.length).join(
+                Graph, Graph.iri == Subscription.graph, isouter=True).order_by(Subscription.id)).all()
+            return [{"id": s.id, "graph": s.graph, "callback": s.callback, "account": s.account,
+                     "endpoint_id": s.endpoint_id, "state": s.state, "media_type": s.media_type,
+                     "lease_expires_at": _aware(s.lease_expires_at).isoformat(),
+                     "lag": max((length or 0) - s.delivered_seq, 0), "delivered": s.delivered_total,
+                     "failures": s.failures_total, "attempts": s.attempts, "last_error": s.last_error,
+                     "last_success_at": _aware(s.last_success_at).isoformat() if s.last_success_at else None,
+                     "signed": bool(s.secret)} for s, length in rows]
+
+    def redeliver(self, sid: int, from_patch: str | None) -> None:
+        """Deliver again from `from_patch` (default: the next undelivered one); reactivates."""
+        with self.db.session() as session:
+            row = session.get(Subscription, sid)
+            if row is None:
+                raise NotFoundError(f"no subscription {sid}")
+            if from_patch:
+                record = session.get(PatchRecord, from_patch)
+                if record is None or record.graph != row.graph:
+                    raise InputError(f"patch {from_patch} is not in the history of <{row.graph}>")
+                row.delivered_seq = record.seq - 1
+            if _aware(row.lease_expires_at) <= now():
+                raise InputError("the subscription's lease has ended; the subscriber must subscribe again")
+            row.state, row.attempts, row.next_attempt_at = "active", 0, now()
+        self._wake.set()
+
+    def wake(self, _patch: Patch | None = None) -> None:
+        self._wake.set()

@@ -1,0 +1,315 @@
+"""The WebSub hub: the hub side of websub.rocks as our own tests, plus LUCID's authorisation,
+callback safety, retries in order, 410, failed subscriptions, access withdrawn, leases.
+Callbacks are real HTTP servers on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from lucid_hub.errors import InputError
+from lucid_hub.loopback import free_port
+from tests.conftest import RunningHub, running_hub
+
+G = "http://example.org/graphs/kpi"
+NT = {"Content-Type": "application/n-triples"}
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+@dataclass
+class Callback:
+    """A subscriber's callback endpoint: answers verifications, records deliveries."""
+
+    url: str
+    verifications: list[dict[str, str]] = field(default_factory=list)
+    deliveries: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)  # answers to POSTs, in turn (then 200)
+    echo: bool = True  # answer the challenge
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def wait(self, what: Callable[[], bool], timeout: float = 20) -> None:
+        """Wait until `what` holds (a condition, not a sleep); fail after `timeout` seconds.
+
+        Woken by every request the callback gets, and re-checked every 50 ms for conditions
+        on the hub's side (a subscription row written after the verification answered)."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not what():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("condition not reached in time")
+                self.changed.wait(min(left, 0.05))
+
+
+@pytest.fixture
+def callback() -> Iterator[Callback]:
+    from werkzeug.serving import make_server
+    from werkzeug.wrappers import Request, Response
+
+    port = free_port()
+    cb = Callback(f"http://127.0.0.1:{port}/callbacks/globex?tenant=7")
+
+    @Request.application  # type: ignore[misc]
+    def app(request: Request) -> Response:
+        with cb.changed:
+            try:
+                if request.method == "GET":
+                    params = {k: v for k, v in request.args.items()}
+                    cb.verifications.append(params)
+                    if params.get("hub.mode") in ("subscribe", "unsubscribe") and cb.echo:
+                        return Response(params["hub.challenge"], 200)
+                    return Response("ok" if params.get("hub.mode") == "denied" else "no", 200 if
+                                    params.get("hub.mode") == "denied" else 404)
+                status = cb.statuses.pop(0) if cb.statuses else 200
+                if 200 <= status < 300:
+                    cb.deliveries.append(({k: v for k, v in request.headers.items()}, request.get_data()))
+                return Response("", status)
+            finally:
+                cb.changed.notify_all()
+
+    server = make_server("127.0.0.1", port, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield cb
+    server.shutdown()
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def ws_hub(tmp_path: Path) -> Iterator[RunningHub]:
+    env = {"LUCID_DEV_MODE": "1", "LUCID_DELIVERY_BACKOFF_BASE": "0.05", "LUCID_DELIVERY_BACKOFF_MAX": "0.2",
+           "LUCID_DELIVERY_MAX_ATTEMPTS": "4", "LUCID_LEASE_MIN": "120"}
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'ws.db'}", env) as hub:
+        yield hub
+
+
+def publish(hub: RunningHub, value: str) -> str:
+    response = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, headers=NT, timeout=30,
+                            data=f'<http://ex/kpi> <http://ex/value> "{value}" .\n')
+    assert response.status_code in (200, 201), response.text
+    return str(response.json()["patch"])
+
+
+def subscriber(hub: RunningHub, callback: Callback, groups: tuple[str, ...] = ("partner",),
+               scopes: tuple[str, ...] = ("hub:subscribe", "graphs:read")) -> requests.Session:
+    prefix = callback.url.split("/callbacks/")[0] + "/callbacks/"
+    record, _ = hub.runtime.clients.create("Globex hub", groups=list(groups), scopes=list(scopes),
+                                           callback_prefixes=[prefix])
+    return hub.session(str(hub.runtime.tokens.issue(record, " ".join(scopes))))
+
+
+def grant(hub: RunningHub, graph: str = G, iri: str = "urn:c:partner-read") -> None:
+    body = {"iri": iri, "requiresGroup": ["partner"], "readGraph": [graph]}
+    assert hub.http.post(f"{hub.url}/admin/conditions", json=body, timeout=30).status_code == 201
+
+
+def subscribe(session: requests.Session, hub: RunningHub, callback: Callback, **extra: str) -> requests.Response:
+    form = {"hub.mode": "subscribe", "hub.topic": G, "hub.callback": callback.url, **extra}
+    return session.post(f"{hub.url}/hub", data=form, timeout=30)
+
+
+def active(hub: RunningHub) -> list[dict[str, Any]]:
+    return [s for s in hub.runtime.websub.subscriptions() if s["state"] == "active"]
+
+
+def test_subscribe_verify_and_deliver_signed_patches_in_order(ws_hub: RunningHub, callback: Callback) -> None:
+    hub = ws_hub
+    first = publish(hub, "1")
+    grant(hub)
+    session = subscriber(hub, callback)
+    response = subscribe(session, hub, callback, **{"hub.secret": "s3cret", "hub.lease_seconds": "3600",
+                                                   "unknown.param": "ignored"})
+    assert response.status_code == 202, response.text
+    callback.wait(lambda: len(active(hub)) == 1)
+    check = callback.verifications[0]
+    assert check["hub.mode"] == "subscribe" and check["hub.topic"] == G and check["hub.lease_seconds"] == "3600"
+    assert check["tenant"] == "7" and len(check["hub.challenge"]) >= 32  # the callback's own query is kept
+    assert first not in [h.get("X-Lucid-Patch-Id") for h, _ in callback.deliveries]  # from the next patch on
+
+    ids = [publish(hub, str(v)) for v in (2, 3, 4)]
+    callback.wait(lambda: len(callback.deliveries) == 3)
+    assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == ids
+    headers, body = callback.deliveries[0]
+    assert body == hub.runtime.publisher.patch(ids[0]).body  # the signed archive bytes, as they are
+    assert headers["Content-Type"] == "application/rdf-patch" and headers["X-Lucid-Graph"] == G
+    assert headers["X-Lucid-Prev"] == first and f'<{hub.url}/hub>; rel="hub"' in headers["Link"]
+    expected = hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert headers["X-Hub-Signature"] == f"sha256={expected}"
+    callback.wait(lambda: active(hub)[0]["lag"] == 0)  # recorded after the callback answered
+    assert active(hub)[0]["delivered"] == 3
+
+
+def test_resubscribe_renews_one_subscription_and_unsubscribe_stops(ws_hub: RunningHub, callback: Callback) -> None:
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    session = subscriber(hub, callback)
+    subscribe(session, hub, callback)
+    callback.wait(lambda: len(active(hub)) == 1)
+    assert subscribe(session, hub, callback, **{"hub.lease_seconds": "999999999"}).status_code == 202
+    callback.wait(lambda: len(callback.verifications) == 2)
+    assert callback.verifications[1]["hub.lease_seconds"] == str(30 * 24 * 3600)  # the maximum
+    callback.wait(lambda: hub.runtime.websub.subscriptions()[0]["lease_expires_at"] > "")
+    patch = publish(hub, "2")
+    callback.wait(lambda: len(callback.deliveries) == 1)
+    assert len(hub.runtime.websub.subscriptions()) == 1
+    assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == [patch]  # exactly one notification
+
+    unsubscribe = session.post(f"{hub.url}/hub", timeout=30, data={
+        "hub.mode": "unsubscribe", "hub.topic": f"{hub.url}/graphs?graph={G}", "hub.callback": callback.url})
+    assert unsubscribe.status_code == 202
+    callback.wait(lambda: hub.runtime.websub.subscriptions() == [])
+    publish(hub, "3")
+    assert hub.runtime.websub.deliver_due() == []  # nothing due for anyone
+    assert len(callback.deliveries) == 1
+
+
+def test_a_callback_that_does_not_confirm_gets_no_subscription(ws_hub: RunningHub, callback: Callback) -> None:
+    publish(ws_hub, "1")
+    grant(ws_hub)
+    callback.echo = False
+    assert subscribe(subscriber(ws_hub, callback), ws_hub, callback).status_code == 202
+    callback.wait(lambda: len(callback.verifications) == 1)
+    ws_hub.runtime.websub.stop()  # let the verification finish its work
+    assert ws_hub.runtime.websub.subscriptions() == []
+
+
+def test_bad_requests_are_4xx_with_a_reason(ws_hub: RunningHub, callback: Callback) -> None:
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    grant(hub, "http://example.org/graphs/none", "urn:c:none")  # allowed, but no such graph
+    session = subscriber(hub, callback)
+
+    def refused(status: int, reason: str, **form: str) -> None:
+        data = {"hub.mode": "subscribe", "hub.topic": G, "hub.callback": callback.url, **form}
+        response = session.post(f"{hub.url}/hub", data={k: v for k, v in data.items() if v != "-"}, timeout=30)
+        assert response.status_code == status and reason in response.text, response.text
+
+    refused(400, "shorter than 200 bytes", **{"hub.secret": "x" * 200})
+    refused(400, "hub.callback is required", **{"hub.callback": "-"})
+    refused(400, "hub.topic is required", **{"hub.topic": "-"})
+    refused(400, "not subscribe, unsubscribe or publish", **{"hub.mode": "follow"})
+    refused(400, "whole number", **{"hub.lease_seconds": "soon"})
+    refused(400, "not a graph IRI", **{"hub.topic": "not an iri"})
+    refused(400, "callback prefixes", **{"hub.callback": "http://127.0.0.1:1/elsewhere"})
+    refused(404, "unknown topic", **{"hub.topic": "http://example.org/graphs/none"})
+    refused(403, "hub's own graphs", **{"hub.topic": "urn:lucid-hub:policies"})
+    assert requests.post(f"{hub.url}/hub", data={"hub.mode": "subscribe", "hub.topic": G,
+                                                  "hub.callback": callback.url}, timeout=30).status_code == 401
+    wrong_scope = subscriber(hub, callback, scopes=("graphs:read",))
+    assert subscribe(wrong_scope, hub, callback).status_code == 403
+    assert session.post(f"{hub.url}/hub", json={"hub.mode": "subscribe"}, timeout=30).status_code == 400
+    assert hub.runtime.websub.subscriptions() == []
+
+
+def test_a_denied_subscription_tells_the_callback_why(ws_hub: RunningHub, callback: Callback) -> None:
+    publish(ws_hub, "1")
+    session = subscriber(ws_hub, callback, groups=("strangers",))
+    response = subscribe(session, ws_hub, callback)
+    assert response.status_code == 403 and "no access condition grants" in response.text
+    callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
+    denied = next(v for v in callback.verifications if v.get("hub.mode") == "denied")
+    assert denied["hub.topic"] == G and "no access condition grants" in denied["hub.reason"]
+
+
+def test_retries_keep_the_order_and_410_removes(ws_hub: RunningHub, callback: Callback) -> None:
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    subscribe(subscriber(hub, callback), hub, callback)
+    callback.wait(lambda: len(active(hub)) == 1)
+    callback.statuses = [500, 503]  # the next two POSTs fail
+    ids = [publish(hub, "2"), publish(hub, "3")]
+    callback.wait(lambda: len(callback.deliveries) == 2)
+    assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == ids  # the later never overtook
+    callback.wait(lambda: hub.runtime.websub.subscriptions()[0]["lag"] == 0)
+    assert hub.runtime.websub.subscriptions()[0]["failures"] == 2
+    callback.statuses = [410]
+    publish(hub, "4")
+    callback.wait(lambda: hub.runtime.websub.subscriptions() == [])
+
+
+def test_failed_subscription_is_visible_and_can_be_redelivered(ws_hub: RunningHub, callback: Callback) -> None:
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    subscribe(subscriber(hub, callback), hub, callback)
+    callback.wait(lambda: len(active(hub)) == 1)
+    callback.statuses = [500] * 4  # LUCID_DELIVERY_MAX_ATTEMPTS
+    patch = publish(hub, "2")
+    listed = lambda: hub.http.get(f"{hub.url}/admin/subscriptions", timeout=30).json()["subscriptions"]  # noqa: E731
+    callback.wait(lambda: listed()[0]["state"] == "failed")
+    sub = listed()[0]
+    assert sub["lag"] == 1 and sub["failures"] == 4 and "HTTP 500" in sub["last_error"]
+    metrics = requests.get(f"{hub.url}/metrics", timeout=30).text
+    assert f'lucid_subscription_lag{{subscription="{sub["id"]}",state="failed"}} 1' in metrics
+    again = hub.http.post(f"{hub.url}/admin/subscriptions/{sub['id']}/redeliver", params={"from": patch}, timeout=30)
+    assert again.status_code == 202
+    callback.wait(lambda: len(callback.deliveries) == 1)
+    assert callback.deliveries[0][0]["X-Lucid-Patch-Id"] == patch and listed()[0]["state"] == "active"
+    assert hub.http.post(f"{hub.url}/admin/subscriptions/999/redeliver", timeout=30).status_code == 404
+
+
+def test_access_is_rechecked_at_every_delivery(ws_hub: RunningHub, callback: Callback) -> None:
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    subscribe(subscriber(hub, callback), hub, callback)
+    callback.wait(lambda: len(active(hub)) == 1)
+    assert hub.http.delete(f"{hub.url}/admin/conditions", params={"iri": "urn:c:partner-read"},
+                           timeout=30).status_code == 204
+    publish(hub, "2")
+    callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
+    assert callback.deliveries == []
+    assert hub.runtime.websub.subscriptions()[0]["state"] == "cancelled"
+
+
+def test_an_expired_lease_stops_deliveries(ws_hub: RunningHub, callback: Callback) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from lucid_hub.db.models import Subscription
+
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    subscribe(subscriber(hub, callback), hub, callback, **{"hub.lease_seconds": "1"})
+    callback.wait(lambda: len(active(hub)) == 1)
+    assert callback.verifications[0]["hub.lease_seconds"] == "120"  # LUCID_LEASE_MIN
+    with hub.runtime.db.session() as session:
+        for row in session.query(Subscription):
+            row.lease_expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    publish(hub, "2")
+    callback.wait(lambda: hub.runtime.websub.subscriptions()[0]["state"] == "expired")
+    assert hub.runtime.websub.deliver_due() == [] and callback.deliveries == []
+
+
+def test_callback_safety_rules() -> None:
+    from lucid_hub.delivery.safety import check_callback, parse_cidrs
+
+    prefixes = ["https://hub.partner.example/cb/", "http://127.0.0.1:9/cb/", "https://10.1.2.3/cb/",
+                "https://169.254.169.254/cb/"]
+
+    def refused(url: str, reason: str, dev: bool = False, allowed: str = "") -> None:
+        with pytest.raises(InputError, match=reason):
+            check_callback(url, prefixes, dev_mode=dev, allowed=parse_cidrs(allowed))
+
+    refused("http://127.0.0.1:9/cb/x", "must use https")
+    refused("https://hub.partner.example/other", "callback prefixes")
+    refused("https://10.1.2.3/cb/x", "non-public address")
+    refused("https://169.254.169.254/cb/x", "cloud metadata")
+    refused("https://169.254.169.254/cb/x", "cloud metadata", dev=True)
+    refused("ftp://hub.partner.example/cb/", "not an absolute http")
+    check_callback("http://127.0.0.1:9/cb/x", prefixes, dev_mode=True, allowed=[])  # dev mode: http, loopback
+    check_callback("https://10.1.2.3/cb/x", prefixes, dev_mode=False, allowed=parse_cidrs("10.0.0.0/8"))
+    with pytest.raises(InputError, match=r"LUCID_CALLBACK_ALLOW_CIDRS"):
+        parse_cidrs("not-a-network")
