@@ -313,3 +313,56 @@ def test_callback_safety_rules() -> None:
     check_callback("https://10.1.2.3/cb/x", prefixes, dev_mode=False, allowed=parse_cidrs("10.0.0.0/8"))
     with pytest.raises(InputError, match=r"LUCID_CALLBACK_ALLOW_CIDRS"):
         parse_cidrs("not-a-network")
+
+
+def test_flask_websubs_subscriber_subscribes_and_receives_our_deliveries(ws_hub: RunningHub, tmp_path: Path) -> None:
+    """Interoperability: the subscriber of the PyPI package flask-websub, on its own server."""
+    pytest.importorskip("flask_websub", reason="flask-websub is not installed: pip install -e '.[test]'")
+    from flask import Flask
+    from flask_websub.subscriber import SQLite3SubscriberStorage, SQLite3TempSubscriberStorage, Subscriber
+    from werkzeug.serving import make_server
+
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    record, _ = hub.runtime.clients.create("flask-websub subscriber", groups=["partner"],
+                                           scopes=["hub:subscribe", "graphs:read"], callback_prefixes=[f"{base}/"])
+    token = str(hub.runtime.tokens.issue(record, "hub:subscribe graphs:read"))
+
+    app = Flask("subscriber")
+    app.config["SERVER_NAME"] = f"127.0.0.1:{port}"
+    subscriber = Subscriber(SQLite3SubscriberStorage(str(tmp_path / "subs.db")),
+                            SQLite3TempSubscriberStorage(str(tmp_path / "temp.db")))
+    app.register_blueprint(subscriber.build_blueprint(url_prefix="/callbacks"))
+    events = Callback(base)
+    confirmed: list[str] = []
+    received: list[bytes] = []
+
+    def on_success(topic: str, callback_id: str, mode: str) -> None:
+        with events.changed:
+            confirmed.append(mode)
+            events.changed.notify_all()
+
+    def on_notification(topic: str, callback_id: str, body: bytes) -> None:
+        with events.changed:
+            received.append(body)
+            events.changed.notify_all()
+
+    subscriber.add_success_handler(on_success)
+    subscriber.add_listener(on_notification)
+    server = make_server("127.0.0.1", port, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with app.app_context():
+            subscriber.subscribe(topic_url=G, hub_url=f"{hub.url}/hub", lease_seconds=3600,
+                                 requests_opts={"headers": {"Authorization": f"Bearer {token}"}})
+        events.wait(lambda: confirmed == ["subscribe"])
+        patch = publish(hub, "2")
+        events.wait(lambda: len(received) == 1)
+        assert received[0] == hub.runtime.publisher.patch(patch).body
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
