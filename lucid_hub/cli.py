@@ -465,6 +465,24 @@ def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, s
     run(conditions, graphs, clients, request_count, seed)
 
 
+@bench.command("fanout")
+@click.option("--subscribers", default="1,10,100,1000", show_default=True, help="Comma-separated counts.")
+@click.option("--deliveries", default=2000, show_default=True,
+              help="Deliveries per run (patches = this / subscribers).")
+@click.option("--kafka/--no-kafka", default=True, show_default=True, help="Also run with the Kafka log.")
+def bench_fanout(subscribers: str, deliveries: int, kafka: bool) -> None:
+    """WebSub fan-out: deliveries/s and publish-to-delivered latency to loopback callbacks."""
+    from lucid_hub.bench.fanout import run
+
+    try:
+        counts = [int(n) for n in subscribers.split(",")]
+    except ValueError:
+        raise InputError(f"--subscribers {subscribers!r}: expected comma-separated numbers") from None
+    if any(n < 1 for n in counts) or deliveries < 1:
+        raise InputError("--subscribers and --deliveries must be positive")
+    run(counts, deliveries, kafka)
+
+
 @bench.command("diff")
 @click.option("--sizes", default="1000000,10000000", show_default=True,
               help="Comma-separated snapshot sizes in triples; the scaling factor is last / first.")

@@ -3,10 +3,10 @@ and delivery of each graph's patches to each subscriber, in chain order, signed.
 
 Delivery is driven by a cursor per subscription (`delivered_seq`, the chain position the
 callback last acknowledged), not by the log's offsets: the next POST is always the patch at
-seq + 1, so a patch never overtakes an earlier one, retries keep the order, and a crash
-between a POST and its record repeats at most that one delivery (an id the subscriber has
-already applied). New patches wake the deliverer; a scan every second catches retries that
-fall due and leases that end.
+seq + 1, so a patch never overtakes an earlier one and retries keep the order. Pending
+patches go out in batches and cursor advances are group-committed, so a crash repeats at
+most the batch in flight (ids the subscriber has already applied). New patches wake the
+deliverer; a scan every second catches retries that fall due and leases that end.
 """
 
 from __future__ import annotations
@@ -75,6 +75,53 @@ class Request:
     groups: frozenset[str]
 
 
+class _GroupCommit:
+    """Records cursor advances of many deliveries in one transaction (one commit instead of
+    one per delivery). `advance` returns once its advance is durable."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._pending: list[tuple[int, int, int, threading.Event]] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="websub-commit", daemon=True)
+        self._thread.start()
+
+    def advance(self, sid: int, start: int, to: int) -> None:
+        done = threading.Event()
+        with self._cond:
+            self._pending.append((sid, start, to, done))
+            self._cond.notify()
+        done.wait()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                batch, self._pending = self._pending, []
+                if not batch and self._stopping:
+                    return
+            try:
+                with self.db.session() as session:
+                    for sid, start, to, _done in batch:
+                        row = session.get(Subscription, sid)
+                        if row is not None and row.delivered_seq == start:  # else moved on meanwhile
+                            row.delivered_total += to - start
+                            row.delivered_seq, row.attempts, row.last_success_at, row.last_error = to, 0, now(), ""
+            except Exception:  # not recorded: those patches are delivered again (at least once)
+                log.exception("recording deliveries failed")
+            finally:
+                for *_rest, done in batch:
+                    done.set()
+
+
 class WebSubHub:
     def __init__(self, settings: Settings, db: Database, publisher: Publisher, policies: PolicyService) -> None:
         self.settings = settings
@@ -90,6 +137,7 @@ class WebSubHub:
         self._thread: threading.Thread | None = None
         self._in_flight: set[int] = set()
         self._lock = threading.Lock()
+        self._committer = _GroupCommit(db)
         publisher.listeners.append(lambda _patch: self._wake.set())
 
     # --- subscription requests ------------------------------------------------------
@@ -177,6 +225,7 @@ class WebSubHub:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._committer.stop()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -208,10 +257,9 @@ class WebSubHub:
         return started
 
     def _deliver(self, sid: int) -> None:
+        """Deliver the subscription's pending patches in chain order (up to BATCH)."""
         try:
-            for _ in range(BATCH):
-                if self._stop.is_set() or not self._deliver_one(sid):
-                    return
+            self._deliver_batch(sid)
         except Exception:
             log.exception("delivery to subscription %s failed", sid)
         finally:
@@ -219,24 +267,47 @@ class WebSubHub:
                 self._in_flight.discard(sid)
             self._wake.set()  # more may be due (this one, after its batch)
 
-    def _deliver_one(self, sid: int) -> bool:
-        """POST the subscription's next patch; True when it was delivered and more may follow."""
+    def _deliver_batch(self, sid: int) -> None:
         with self.db.session() as session:
             sub = session.get(Subscription, sid)
             if sub is None or sub.state != "active" or _aware(sub.lease_expires_at) <= now():
-                return False
-            record = session.scalars(select(PatchRecord).where(
-                PatchRecord.graph == sub.graph, PatchRecord.seq == sub.delivered_seq + 1)).first()
-            if record is None:
-                return False
+                return
+            records = [(r.id, r.prev, r.seq, r.body) for r in session.scalars(
+                select(PatchRecord).where(PatchRecord.graph == sub.graph, PatchRecord.seq > sub.delivered_seq)
+                .order_by(PatchRecord.seq).limit(BATCH))]
             party = (sub.account, sub.endpoint_id, frozenset(sub.groups.split()))
             callback, secret, media_type, graph = sub.callback, sub.secret, sub.media_type, sub.graph
-            patch_id, prev, seq, body = record.id, record.prev, record.seq, record.body
-        allowed, reason, _request_id = self.policies.decide(party, graph, "read")
-        if not allowed:
-            self._set(sid, state="cancelled", last_error=f"access withdrawn: {reason}"[:1024])
-            self._send_denied(callback, graph, f"access withdrawn: {reason}")
-            return False
+            start = sub.delivered_seq
+        delivered = start
+        try:
+            for patch_id, prev, seq, body in records:
+                if self._stop.is_set() or seq != delivered + 1:
+                    return
+                allowed, reason, _request_id = self.policies.decide(party, graph, "read")
+                if not allowed:
+                    self._set(sid, state="cancelled", last_error=f"access withdrawn: {reason}"[:1024])
+                    self._send_denied(callback, graph, f"access withdrawn: {reason}")
+                    return
+                status, error = self._post(callback, graph, media_type, secret, patch_id, prev, body)
+                if 200 <= status < 300:
+                    delivered = seq
+                    continue
+                if status == 410:
+                    with self.db.session() as session:
+                        row = session.get(Subscription, sid)
+                        if row is not None:
+                            session.delete(row)
+                    delivered = start  # nothing left to record
+                    return
+                self._failed(sid, error, advanced_to=delivered if delivered > start else None)
+                delivered = start  # recorded together with the failure
+                return
+        finally:
+            if delivered > start:
+                self._committer.advance(sid, start, delivered)
+
+    def _post(self, callback: str, graph: str, media_type: str, secret: str | None, patch_id: str,
+              prev: str | None, body: bytes) -> tuple[int, str]:
         if media_type != RDF_PATCH:
             body = write_patch(read_rdf_patch(body, self.publisher.canonicalizer), MEDIA_TYPES[media_type])
         base = self.settings.public_url
@@ -249,35 +320,19 @@ class WebSubHub:
             self._check_target(callback)
             answer = self.http.post(callback, data=body, headers=headers, timeout=self.settings.delivery_timeout,
                                     allow_redirects=False)
-            status, error = answer.status_code, f"HTTP {answer.status_code}"
+            return answer.status_code, f"HTTP {answer.status_code}"
         except (requests.RequestException, LucidError) as exc:
-            status, error = 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
-        if 200 <= status < 300:
-            self._advance(sid, seq)
-            return True
-        if status == 410:
-            with self.db.session() as session:
-                row = session.get(Subscription, sid)
-                if row is not None:
-                    session.delete(row)
-            return False
-        self._failed(sid, error)
-        return False
+            return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
 
-    def _advance(self, sid: int, seq: int) -> None:
-        with self.db.session() as session:
-            row = session.get(Subscription, sid)
-            if row is not None and row.delivered_seq == seq - 1:
-                row.delivered_seq, row.attempts, row.last_success_at = seq, 0, now()
-                row.delivered_total += 1
-                row.last_error = ""
-
-    def _failed(self, sid: int, error: str) -> None:
+    def _failed(self, sid: int, error: str, advanced_to: int | None = None) -> None:
         settings = self.settings
         with self.db.session() as session:
             row = session.get(Subscription, sid)
             if row is None:
                 return
+            if advanced_to is not None and advanced_to > row.delivered_seq:  # what succeeded before
+                row.delivered_total += advanced_to - row.delivered_seq
+                row.delivered_seq, row.last_success_at = advanced_to, now()
             row.attempts += 1
             row.failures_total += 1
             row.last_error = error

@@ -1,0 +1,201 @@
+"""`lucid-hub bench fanout`: WebSub deliveries per second and publish-to-delivered latency.
+
+A real hub runs in a child process (`lucid-hub serve`, dev mode so that callbacks may be on
+loopback), with the SQL log and then with Kafka (a local tansu broker). N subscriber
+callbacks (distinct URLs on a threaded HTTP server in this process) subscribe through
+`/hub`; small patches are published one after another and every delivery's arrival time is
+recorded against the time its publish returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import click
+import requests
+
+from lucid_hub.loopback import free_port, kafka_broker, wait_for_port
+
+GRAPH = "http://example.org/graphs/bench-fanout"
+
+
+class Receiver:
+    """Callback endpoints /cb/0 … /cb/N-1: confirms verifications, timestamps deliveries."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.arrivals: list[tuple[str, float]] = []
+        self.lock = threading.Lock()
+        self.done = threading.Condition(self.lock)
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                params = parse_qs(urlsplit(self.path).query)
+                body = params.get("hub.challenge", [""])[0].encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                arrived = time.perf_counter()
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver.lock:
+                    receiver.arrivals.append((self.headers.get("X-Lucid-Patch-Id", ""), arrived))
+                    receiver.done.notify_all()
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, n: int) -> str:
+        return f"http://127.0.0.1:{self.port}/cb/{n}"
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.done:
+            while len(self.arrivals) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.done.wait(left)
+        return True
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=10)
+
+
+def _client(data: Path, name: str, prefix: str) -> tuple[str, str]:
+    from lucid_hub.auth.clients import ClientRegistry
+    from lucid_hub.config import Settings
+    from lucid_hub.db.session import Database
+
+    db = Database(Settings.from_env({"LUCID_DATA_DIR": str(data)}).db_url)
+    try:
+        db.upgrade()
+        record, secret = ClientRegistry(db).create(name, groups=["lucid-hub-admins"], callback_prefixes=[prefix],
+                                                   scopes=["graphs:read", "graphs:write", "hub:subscribe", "admin"])
+    finally:
+        db.dispose()
+    return record.client_id, secret
+
+
+@contextmanager
+def _hub(data: Path, extra: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}",
+           "LUCID_DEV_MODE": "1", **extra}
+    proc = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _percentiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return (values[0] * 1000, values[0] * 1000) if values else (0.0, 0.0)
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return q[49] * 1000, q[98] * 1000
+
+
+def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Path) -> dict[str, float]:
+    from lucid_hub.auth.client_side import client_credentials_token
+
+    receiver = Receiver()
+    data = work / f"hub-{subscribers}-{len(extra_env)}"
+    client_id, secret = _client(data, "bench fanout", f"http://127.0.0.1:{receiver.port}/")
+    try:
+        with _hub(data, extra_env) as url:
+            http = requests.Session()
+            http.headers["Authorization"] = f"Bearer {client_credentials_token(url, client_id, secret)}"
+            nt = {"Content-Type": "application/n-triples"}
+            first = http.put(f"{url}/graphs", params={"graph": GRAPH}, headers=nt, timeout=60,
+                             data='<http://ex/kpi> <http://ex/value> "0" .\n')
+            if first.status_code >= 300:
+                raise click.ClickException(f"publish failed: {first.status_code} {first.text[:200]}")
+            for n in range(subscribers):
+                answer = http.post(f"{url}/hub", timeout=60, data={
+                    "hub.mode": "subscribe", "hub.topic": GRAPH, "hub.callback": receiver.url(n)})
+                if answer.status_code != 202:
+                    raise click.ClickException(f"subscribe failed: {answer.status_code} {answer.text[:200]}")
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                subs = http.get(f"{url}/admin/subscriptions", timeout=60).json()["subscriptions"]
+                if sum(s["state"] == "active" for s in subs) == subscribers:
+                    break
+                time.sleep(0.1)  # polling the hub's admin API for a state, with a deadline
+            else:
+                raise click.ClickException("subscriptions were not all verified in 120 s")
+            published: dict[str, float] = {}
+            start = time.perf_counter()
+            for i in range(patches):
+                response = http.put(f"{url}/graphs", params={"graph": GRAPH}, headers=nt, timeout=60,
+                                    data=f'<http://ex/kpi> <http://ex/value> "{i + 1}" .\n')
+                published[response.json()["patch"]] = time.perf_counter()
+            complete = receiver.wait_for(subscribers * patches, 600)
+            end = max((t for _, t in receiver.arrivals), default=time.perf_counter())
+        latencies = [t - published[p] for p, t in receiver.arrivals if p in published]
+        p50, p99 = _percentiles(latencies)
+        return {"deliveries": len(receiver.arrivals), "expected": subscribers * patches, "complete": complete,
+                "rate": len(receiver.arrivals) / max(end - start, 1e-9), "p50_ms": p50, "p99_ms": p99}
+    finally:
+        receiver.close()
+
+
+def run(subscriber_counts: list[int], deliveries: int, kafka: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="lucid-bench-fanout-") as tmp:
+        work = Path(tmp)
+        logs: list[tuple[str, dict[str, str]]] = [("sql log", {})]
+        with contextlib_kafka(kafka) as bootstrap:
+            if bootstrap:
+                logs.append(("kafka", {"LUCID_KAFKA_BOOTSTRAP": bootstrap, "LUCID_KAFKA_TOPIC": "bench-fanout"}))
+            for name, env in logs:
+                click.echo(f"== {name}")
+                for subscribers in subscriber_counts:
+                    patches = max(5, deliveries // subscribers)
+                    r = measure(subscribers, patches, env, work)
+                    note = "" if r["complete"] else f"  INCOMPLETE: {r['deliveries']:,} of {r['expected']:,}"
+                    click.echo(f"  {subscribers:>5} subscribers x {patches:>4} patches: "
+                               f"{r['rate']:8,.0f} deliveries/s  publish->delivered "
+                               f"p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:8.1f} ms{note}")
+                    click.echo(json.dumps({"log": name, "subscribers": subscribers, **r}), err=True)
+
+
+@contextmanager
+def contextlib_kafka(wanted: bool) -> Iterator[str | None]:
+    if not wanted:
+        yield None
+        return
+    try:
+        with kafka_broker() as bootstrap:
+            yield bootstrap
+    except ImportError:
+        yield None
