@@ -366,3 +366,10 @@ def test_flask_websubs_subscriber_subscribes_and_receives_our_deliveries(ws_hub:
     finally:
         server.shutdown()
         thread.join(timeout=10)
+
+
+def test_bench_fanout_runs(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("bench", "fanout", "--subscribers", "2", "--deliveries", "10", "--no-kafka")
+    assert result.code == 0, result.err
+    assert "2 subscribers x    5 patches" in result.out and "INCOMPLETE" not in result.out
+    assert run_cli("bench", "fanout", "--subscribers", "many").code == 1
