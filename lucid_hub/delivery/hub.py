@@ -17,6 +17,7 @@ import logging
 import random
 import secrets
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import requests
+import urllib3
 from sqlalchemy import and_, select
 
 from lucid_hub.config import Settings
@@ -41,6 +43,7 @@ from lucid_hub.rdf.serialization import write_patch
 log = logging.getLogger(__name__)
 MEDIA_TYPES = {RDF_PATCH: "rdf-patch", "application/trig": "trig", "application/ld+json": "jsonld"}
 BATCH = 100  # patches one subscription gets in a row before others have their turn
+RECHECK_SECONDS = 30.0  # a callback host's address check holds this long
 
 
 def with_query(url: str, params: dict[str, str]) -> str:
@@ -129,8 +132,15 @@ class WebSubHub:
         self.publisher = publisher
         self.policies = policies
         self.allowed = parse_cidrs(settings.callback_allow_cidrs)
-        self.http = requests.Session()
+        self.http = requests.Session()  # verifications and notices: few, convenience first
+        self.http.trust_env = False  # no proxies or .netrc from the environment for callbacks
         self.http.headers["User-Agent"] = "lucid-hub WebSub hub"
+        # Deliveries: urllib3 directly (kept-alive pools per callback host). py-spy under
+        # fan-out showed requests' per-call work (environment merging, CA path checks) as a
+        # large share of each delivery.
+        self.pool = urllib3.PoolManager(num_pools=256, maxsize=8, retries=False, headers={
+            "User-Agent": "lucid-hub WebSub hub"}, timeout=urllib3.Timeout(total=settings.delivery_timeout))
+        self._resolved: dict[tuple[str, int], float] = {}
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="websub")
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -158,10 +168,15 @@ class WebSubHub:
             log.info("denial notice to a callback failed: %s", type(exc).__name__)
 
     def _check_target(self, callback: str) -> None:
-        """Resolve again before each request: a name may point elsewhere since it was checked."""
+        """Resolve again before requests: a name may point elsewhere since it was checked.
+        A host's check holds for RECHECK_SECONDS (DNS answers are cached about as long)."""
         parts = urlsplit(callback)
-        check_addresses(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80),
-                        dev_mode=self.settings.dev_mode, allowed=self.allowed)
+        key = (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+        checked = self._resolved.get(key)
+        if checked is not None and time.monotonic() - checked < RECHECK_SECONDS:
+            return
+        check_addresses(key[0], key[1], dev_mode=self.settings.dev_mode, allowed=self.allowed)
+        self._resolved[key] = time.monotonic()
 
     def _verify(self, request: Request) -> None:
         challenge = secrets.token_urlsafe(32)
@@ -226,6 +241,7 @@ class WebSubHub:
             self._thread.join(timeout=30)
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._committer.stop()
+        self.pool.clear()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -318,10 +334,10 @@ class WebSubHub:
             headers["X-Hub-Signature"] = f"sha256={digest}"
         try:
             self._check_target(callback)
-            answer = self.http.post(callback, data=body, headers=headers, timeout=self.settings.delivery_timeout,
-                                    allow_redirects=False)
-            return answer.status_code, f"HTTP {answer.status_code}"
-        except (requests.RequestException, LucidError) as exc:
+            answer = self.pool.request("POST", callback, body=body, headers=headers, redirect=False,
+                                       preload_content=True)
+            return answer.status, f"HTTP {answer.status}"
+        except (urllib3.exceptions.HTTPError, LucidError) as exc:
             return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
 
     def _failed(self, sid: int, error: str, advanced_to: int | None = None) -> None:
