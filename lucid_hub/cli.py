@@ -288,6 +288,20 @@ def publish(state: _Context, file: Path, graph: str, message: str, author: str, 
                  fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo, engine=engine)
 
 
+@cli.command()
+@click.option("--name", help="This worker's name in claims and logs (default: host:pid:random).")
+@pass_ctx
+def worker(state: _Context, name: str | None) -> None:
+    """Deliver WebSub notifications (beside `serve`; set LUCID_DELIVER_IN_PROCESS=false there to
+    leave all delivery to workers). Several workers share the subscriptions."""
+    import logging
+
+    from lucid_hub.delivery.worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run_worker(state.settings, name)
+
+
 @cli.group()
 def clients() -> None:
     """OAuth clients of partners (client credentials grant)."""

@@ -82,6 +82,9 @@ class Settings:
     delivery_backoff_base: float = 1.0
     delivery_backoff_max: float = 600.0
     delivery_timeout: float = 10.0
+    # Seconds a delivery process's claim on a subscription lasts (renewed while it works):
+    # how long a killed worker's subscriptions wait before another takes them over.
+    delivery_claim_seconds: float = 60.0
     # `serve` delivers WebSub notifications itself (false: leave it to `lucid-hub worker`s).
     deliver_in_process: bool = True
 

@@ -40,7 +40,8 @@ class Runtime:
         if self.websub is None:
             from lucid_hub.delivery.hub import WebSubHub
 
-            self.websub = WebSubHub(self.settings, self.db, self.publisher, self.policies)
+            self.websub = WebSubHub(self.settings, self.db, self.canonicalizer, self.policies,
+                                    publisher=self.publisher)
         if run:
             self.websub.start()
         return self.websub

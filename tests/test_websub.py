@@ -34,6 +34,8 @@ class Callback:
     deliveries: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)  # answers to POSTs, in turn (then 200)
     echo: bool = True  # answer the challenge
+    hold_first: threading.Event | None = None  # the first POST waits for this before answering
+    holding: threading.Event = field(default_factory=threading.Event)  # set while it waits
     changed: threading.Condition = field(default_factory=threading.Condition)
 
     def wait(self, what: Callable[[], bool], timeout: float = 20) -> None:
@@ -69,6 +71,14 @@ def callback() -> Iterator[Callback]:
                         return Response(params["hub.challenge"], 200)
                     return Response("ok" if params.get("hub.mode") == "denied" else "no", 200 if
                                     params.get("hub.mode") == "denied" else 404)
+                if cb.hold_first is not None:
+                    gate, cb.hold_first = cb.hold_first, None
+                    cb.holding.set()
+                    cb.changed.release()
+                    try:
+                        gate.wait(60)
+                    finally:
+                        cb.changed.acquire()
                 status = cb.statuses.pop(0) if cb.statuses else 200
                 if 200 <= status < 300:
                     cb.deliveries.append(({k: v for k, v in request.headers.items()}, request.get_data()))
@@ -373,3 +383,52 @@ def test_bench_fanout_runs(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert result.code == 0, result.err
     assert "2 subscribers x    5 patches" in result.out and "INCOMPLETE" not in result.out
     assert run_cli("bench", "fanout", "--subscribers", "many").code == 1
+
+
+def test_workers_share_delivery_and_a_killed_worker_loses_nothing(tmp_path: Path, db_url: str,
+                                                                  callback: Callback) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from sqlalchemy import select
+
+    from lucid_hub.db.models import Subscription
+
+    env = {"LUCID_DEV_MODE": "1", "LUCID_DELIVER_IN_PROCESS": "false", "LUCID_DELIVERY_CLAIM_SECONDS": "2"}
+    with running_hub(tmp_path / "data", db_url, env) as hub:
+        publish(hub, "0")
+        grant(hub)
+        subscribe(subscriber(hub, callback), hub, callback)
+        callback.wait(lambda: len(active(hub)) == 1)
+        worker_env = {**os.environ, **env, "LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": db_url,
+                      "LUCID_PUBLIC_URL": hub.url}
+        workers = {name: subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "worker", "--name", name],
+                                          env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                   for name in ("w1", "w2")}
+        try:
+            release = threading.Event()
+            callback.hold_first = release
+            ids = [publish(hub, str(v)) for v in (1, 2, 3)]
+            callback.wait(lambda: callback.holding.is_set())  # a worker is mid-delivery of patch 1
+            with hub.runtime.db.session() as session:
+                holder = session.scalars(select(Subscription.claimed_by)).one()
+            assert holder in workers
+            workers[holder].kill()  # SIGKILL: no clean-up, its claim simply runs out
+            workers[holder].wait(30)
+            release.set()
+            callback.wait(lambda: [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries][-1:] == ids[-1:], 60)
+            received = [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries]
+            assert list(dict.fromkeys(received)) == ids  # all, in chain order
+            assert len(received) <= len(ids) + 1  # at most one repeat: the patch in flight
+            callback.wait(lambda: active(hub)[0]["lag"] == 0)
+            survivor = next(name for name in workers if name != holder)
+            workers[survivor].send_signal(signal.SIGTERM)
+            assert workers[survivor].wait(30) == 0
+        finally:
+            for proc in workers.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(30)
+

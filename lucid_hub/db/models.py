@@ -158,3 +158,7 @@ class Subscription(Base):
     delivered_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
     failures_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The delivery process working on it, until when: several processes share the work, and
+    # a killed one's subscriptions are taken over when its claim runs out.
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

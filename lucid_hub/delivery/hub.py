@@ -14,27 +14,30 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import random
 import secrets
+import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import requests
 import urllib3
-from sqlalchemy import and_, select
+from sqlalchemy import and_, or_, select, update
 
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, PatchRecord, Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.safety import check_addresses, parse_cidrs
 from lucid_hub.errors import InputError, LucidError, NotFoundError
-from lucid_hub.policy.service import PolicyService
+from lucid_hub.policy.engine import Action, Party
 from lucid_hub.publish import Publisher
+from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -125,12 +128,19 @@ class _GroupCommit:
                     done.set()
 
 
+class Decider(Protocol):
+    def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]: ...
+
+
 class WebSubHub:
-    def __init__(self, settings: Settings, db: Database, publisher: Publisher, policies: PolicyService) -> None:
+    def __init__(self, settings: Settings, db: Database, canonicalizer: Canonicalizer, policies: Decider, *,
+                 publisher: Publisher | None = None, worker_id: str | None = None) -> None:
         self.settings = settings
         self.db = db
-        self.publisher = publisher
+        self.canonicalizer = canonicalizer
         self.policies = policies
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.claim_seconds = settings.delivery_claim_seconds
         self.allowed = parse_cidrs(settings.callback_allow_cidrs)
         self.http = requests.Session()  # verifications and notices: few, convenience first
         self.http.trust_env = False  # no proxies or .netrc from the environment for callbacks
@@ -148,7 +158,9 @@ class WebSubHub:
         self._in_flight: set[int] = set()
         self._lock = threading.Lock()
         self._committer = _GroupCommit(db)
-        publisher.listeners.append(lambda _patch: self._wake.set())
+        self._futures: dict[int, Future[None]] = {}
+        if publisher is not None:
+            publisher.listeners.append(lambda _patch: self._wake.set())
 
     # --- subscription requests ------------------------------------------------------
     def accept(self, request: Request) -> None:
@@ -261,16 +273,44 @@ class WebSubHub:
             due = list(session.scalars(
                 select(Subscription.id).join(Graph, Graph.iri == Subscription.graph).where(and_(
                     Subscription.state == "active", Subscription.next_attempt_at <= now(),
-                    Subscription.delivered_seq < Graph.length))))
+                    Subscription.delivered_seq < Graph.length,
+                    or_(Subscription.claimed_until.is_(None), Subscription.claimed_until < now())))))
         started = []
         for sid in due:
             with self._lock:
                 if sid in self._in_flight:
                     continue
                 self._in_flight.add(sid)
+            if not self._claim(sid):  # another process has it
+                with self._lock:
+                    self._in_flight.discard(sid)
+                continue
             started.append(sid)
-            self._executor.submit(self._deliver, sid)
+            self._futures[sid] = self._executor.submit(self._deliver, sid)
         return started
+
+    def wait_for(self, sids: list[int]) -> None:
+        """Until the deliveries started for `sids` are recorded (or failed)."""
+        for sid in sids:
+            future = self._futures.get(sid)
+            if future is not None:
+                future.result()
+
+    def _claim(self, sid: int, extend: bool = False) -> bool:
+        """Take (or extend) this process's claim on a subscription; False if another holds it."""
+        until = now() + timedelta(seconds=self.claim_seconds)
+        free = Subscription.claimed_by == self.worker_id if extend else or_(
+            Subscription.claimed_until.is_(None), Subscription.claimed_until < now(),
+            Subscription.claimed_by == self.worker_id)
+        with self.db.engine.begin() as conn:
+            result = conn.execute(update(Subscription).where(Subscription.id == sid, free)
+                                  .values(claimed_by=self.worker_id, claimed_until=until))
+            return bool(result.rowcount == 1)
+
+    def _release(self, sid: int) -> None:
+        with self.db.engine.begin() as conn:
+            conn.execute(update(Subscription).where(Subscription.id == sid, Subscription.claimed_by == self.worker_id)
+                         .values(claimed_by=None, claimed_until=None))
 
     def _deliver(self, sid: int) -> None:
         """Deliver the subscription's pending patches in chain order (up to BATCH)."""
@@ -279,8 +319,13 @@ class WebSubHub:
         except Exception:
             log.exception("delivery to subscription %s failed", sid)
         finally:
+            try:
+                self._release(sid)
+            except Exception:  # the claim runs out by itself
+                log.exception("releasing subscription %s failed", sid)
             with self._lock:
                 self._in_flight.discard(sid)
+                self._futures.pop(sid, None)
             self._wake.set()  # more may be due (this one, after its batch)
 
     def _deliver_batch(self, sid: int) -> None:
@@ -295,10 +340,15 @@ class WebSubHub:
             callback, secret, media_type, graph = sub.callback, sub.secret, sub.media_type, sub.graph
             start = sub.delivered_seq
         delivered = start
+        claimed = time.monotonic()
         try:
             for patch_id, prev, seq, body in records:
                 if self._stop.is_set() or seq != delivered + 1:
                     return
+                if time.monotonic() - claimed > self.claim_seconds / 2:  # a long batch keeps its claim
+                    if not self._claim(sid, extend=True):
+                        return
+                    claimed = time.monotonic()
                 allowed, reason, _request_id = self.policies.decide(party, graph, "read")
                 if not allowed:
                     self._set(sid, state="cancelled", last_error=f"access withdrawn: {reason}"[:1024])
@@ -325,7 +375,7 @@ class WebSubHub:
     def _post(self, callback: str, graph: str, media_type: str, secret: str | None, patch_id: str,
               prev: str | None, body: bytes) -> tuple[int, str]:
         if media_type != RDF_PATCH:
-            body = write_patch(read_rdf_patch(body, self.publisher.canonicalizer), MEDIA_TYPES[media_type])
+            body = write_patch(read_rdf_patch(body, self.canonicalizer), MEDIA_TYPES[media_type])
         base = self.settings.public_url
         headers = {"Content-Type": media_type, "Link": f'<{base}/hub>; rel="hub", <{graph}>; rel="self"',
                    "X-Lucid-Patch-Id": patch_id, "X-Lucid-Prev": prev or "", "X-Lucid-Graph": graph}

@@ -178,3 +178,46 @@ def _kid(signature: str | None) -> str | None:
     header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
     kid = header.get("kid")
     return kid if isinstance(kid, str) else None
+
+
+class ArchivePolicies:
+    """The access conditions as a delivery worker sees them: read from the policy graph's
+    archived patches (a worker does not open the store), reloaded when the graph moves."""
+
+    def __init__(self, db: Database, canonicalizer: Canonicalizer) -> None:
+        self.db = db
+        self.canonicalizer = canonicalizer
+        self.engine = PolicyEngine()
+        self._head: str | None = None
+        self._checked = 0.0
+
+    def refresh(self, every: float = 1.0) -> None:
+        from sqlalchemy import select
+
+        from lucid_hub.db.models import Graph, PatchRecord
+        from lucid_hub.rdf.rdfpatch import read_rdf_patch
+
+        if time.monotonic() - self._checked < every:
+            return
+        self._checked = time.monotonic()
+        with self.db.session() as session:
+            row = session.get(Graph, POLICY_GRAPH)
+            head = row.head if row is not None else None
+            if head == self._head:
+                return
+            bodies = list(session.scalars(select(PatchRecord.body).where(PatchRecord.graph == POLICY_GRAPH)
+                                          .order_by(PatchRecord.seq)))
+        statements: set[str] = set()
+        for body in bodies:  # the policy graph is ground: each MSG is one statement
+            patch = read_rdf_patch(body, self.canonicalizer)
+            statements -= {m.nquads for m in patch.removed}
+            statements |= {m.nquads for m in patch.added}
+        quads = ox.parse("".join(statements), format=ox.RdfFormat.N_TRIPLES)
+        self.engine.replace(conditions_from_quads(quads, "the policy graph"))
+        self._head = head
+
+    def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]:
+        self.refresh()
+        decision = self.engine.decide(party, graph, action)
+        return decision.allowed, decision.reason, None
+

@@ -36,6 +36,8 @@ def upgrade() -> None:
         sa.Column("delivered_total", big, nullable=False),
         sa.Column("failures_total", big, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("claimed_by", sa.String(128), nullable=True),
+        sa.Column("claimed_until", sa.DateTime(timezone=True), nullable=True),
         sa.UniqueConstraint("graph", "callback", name="uq_subscriptions_graph_callback"),
     )
     op.create_index("ix_subscriptions_graph", "subscriptions", ["graph"])

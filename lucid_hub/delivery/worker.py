@@ -1,0 +1,57 @@
+"""`lucid-hub worker`: a delivery process beside `lucid-hub serve` (or several).
+
+Workers form a consumer group on the patch log (Kafka, or the embedded SQL log): a record
+says a graph has a new patch, the worker delivers what is due — claiming each subscription
+so that no two processes deliver to one callback at once — and commits the log offsets only
+after those deliveries are recorded. A killed worker's claims run out and another takes its
+subscriptions over from their recorded cursors. Workers read the archive and the policy
+graph's patches from the database; they do not open the RDF store (which `serve` holds).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from lucid_hub.config import Settings
+from lucid_hub.db.session import Database
+from lucid_hub.delivery.hub import WebSubHub
+from lucid_hub.policy.service import ArchivePolicies
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.runtime import open_log
+
+log = logging.getLogger(__name__)
+GROUP = "lucid-hub-delivery"
+
+
+def run_worker(settings: Settings, name: str | None = None, stop: threading.Event | None = None) -> None:
+    stop = stop or threading.Event()
+    db = Database(settings.db_url)
+    db.upgrade()
+    canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)
+    patch_log = open_log(settings, db)
+    hub = WebSubHub(settings, db, canonicalizer, ArchivePolicies(db, canonicalizer), worker_id=name)
+    consumer = patch_log.consumer(GROUP)
+
+    def stopping(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stopping)
+        signal.signal(signal.SIGINT, stopping)
+    log.info("delivery worker %s started", hub.worker_id)
+    try:
+        while not stop.is_set():
+            records = consumer.poll(100, 1.0)  # new patches, or a second passed (retries, takeovers)
+            started = hub.deliver_due()
+            hub.wait_for(started)
+            if records:
+                consumer.commit(records)  # only after the deliveries they caused are recorded
+    finally:
+        consumer.close()
+        hub.stop()
+        patch_log.close()
+        canonicalizer.close()
+        db.dispose()
