@@ -432,3 +432,38 @@ def test_workers_share_delivery_and_a_killed_worker_loses_nothing(tmp_path: Path
                     proc.kill()
                     proc.wait(30)
 
+
+
+@pytest.mark.parametrize("media_type", ["application/trig", "application/ld+json"])
+def test_the_chosen_media_type_is_delivered(ws_hub: RunningHub, callback: Callback, media_type: str) -> None:
+    from lucid_hub.rdf.rdfpatch import read_rdf_patch
+    from lucid_hub.rdf.serialization import read_patch
+
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    subscribe(subscriber(hub, callback), hub, callback, **{"lucid.media_type": media_type})
+    callback.wait(lambda: len(active(hub)) == 1)
+    patch_id = publish(hub, "2")
+    callback.wait(lambda: len(callback.deliveries) == 1)
+    headers, body = callback.deliveries[0]
+    assert headers["Content-Type"] == media_type
+    fmt = "trig" if media_type == "application/trig" else "jsonld"
+    archived = read_rdf_patch(hub.runtime.publisher.patch(patch_id).body, hub.runtime.canonicalizer)
+    received = read_patch(body, hub.runtime.canonicalizer, fmt)
+    assert received.id == archived.id == patch_id and received.signature == archived.signature
+    bad = subscribe(subscriber(hub, callback), hub, callback, **{"lucid.media_type": "text/plain"})
+    assert bad.status_code == 400 and "lucid.media_type" in bad.text
+
+
+def test_publish_notices_need_write_access(ws_hub: RunningHub, callback: Callback) -> None:
+    hub = ws_hub
+    publish(hub, "1")
+    reader = subscriber(hub, callback)  # group partner: no condition grants it anything
+    notice = {"hub.mode": "publish", "hub.url": G}
+    assert reader.post(f"{hub.url}/hub", data=notice, timeout=30).status_code == 403
+    assert hub.http.post(f"{hub.url}/hub", data=notice, timeout=30).status_code == 202
+    assert hub.http.post(f"{hub.url}/hub", data={"hub.mode": "publish"}, timeout=30).status_code == 400
+    unknown = hub.http.post(f"{hub.url}/hub", data={"hub.mode": "publish", "hub.url": "http://ex/none"}, timeout=30)
+    assert unknown.status_code == 404
+    assert requests.post(f"{hub.url}/hub", data=notice, timeout=30).status_code == 401
