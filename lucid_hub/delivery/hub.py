@@ -87,16 +87,17 @@ class _GroupCommit:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._pending: list[tuple[int, int, int, threading.Event]] = []
+        self._pending: list[tuple[int, int, int, str, threading.Event]] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="websub-commit", daemon=True)
         self._thread.start()
 
-    def advance(self, sid: int, start: int, to: int) -> None:
+    def advance(self, sid: int, start: int, to: int, owner: str) -> None:
+        """Record delivery up to `to` and release `owner`'s claim, durably, then return."""
         done = threading.Event()
         with self._cond:
-            self._pending.append((sid, start, to, done))
+            self._pending.append((sid, start, to, owner, done))
             self._cond.notify()
         done.wait()
 
@@ -116,11 +117,13 @@ class _GroupCommit:
                     return
             try:
                 with self.db.session() as session:
-                    for sid, start, to, _done in batch:
+                    for sid, start, to, owner, _done in batch:
                         row = session.get(Subscription, sid)
                         if row is not None and row.delivered_seq == start:  # else moved on meanwhile
                             row.delivered_total += to - start
                             row.delivered_seq, row.attempts, row.last_success_at, row.last_error = to, 0, now(), ""
+                        if row is not None and row.claimed_by == owner:
+                            row.claimed_by, row.claimed_until = None, None
             except Exception:  # not recorded: those patches are delivered again (at least once)
                 log.exception("recording deliveries failed")
             finally:
@@ -275,19 +278,32 @@ class WebSubHub:
                     Subscription.state == "active", Subscription.next_attempt_at <= now(),
                     Subscription.delivered_seq < Graph.length,
                     or_(Subscription.claimed_until.is_(None), Subscription.claimed_until < now())))))
+        with self._lock:
+            candidates = [sid for sid in due if sid not in self._in_flight]
+            self._in_flight.update(candidates)
+        claimed = self._claim_many(candidates) if candidates else set()
         started = []
-        for sid in due:
-            with self._lock:
-                if sid in self._in_flight:
-                    continue
-                self._in_flight.add(sid)
-            if not self._claim(sid):  # another process has it
+        for sid in candidates:
+            if sid not in claimed:  # another process has it
                 with self._lock:
                     self._in_flight.discard(sid)
                 continue
             started.append(sid)
             self._futures[sid] = self._executor.submit(self._deliver, sid)
         return started
+
+    def _claim_many(self, sids: list[int]) -> set[int]:
+        """Claim the free ones of `sids` in one statement; the ids now claimed by this process."""
+        until = now() + timedelta(seconds=self.claim_seconds)
+        with self.db.engine.begin() as conn:
+            conn.execute(update(Subscription).where(
+                Subscription.id.in_(sids), or_(Subscription.claimed_until.is_(None),
+                                                Subscription.claimed_until < now(),
+                                                Subscription.claimed_by == self.worker_id))
+                .values(claimed_by=self.worker_id, claimed_until=until))
+            mine = conn.execute(select(Subscription.id).where(
+                Subscription.id.in_(sids), Subscription.claimed_by == self.worker_id)).scalars()
+            return set(mine)
 
     def wait_for(self, sids: list[int]) -> None:
         """Until the deliveries started for `sids` are recorded (or failed)."""
@@ -314,13 +330,15 @@ class WebSubHub:
 
     def _deliver(self, sid: int) -> None:
         """Deliver the subscription's pending patches in chain order (up to BATCH)."""
+        released = False
         try:
-            self._deliver_batch(sid)
+            released = self._deliver_batch(sid)
         except Exception:
             log.exception("delivery to subscription %s failed", sid)
         finally:
             try:
-                self._release(sid)
+                if not released:
+                    self._release(sid)
             except Exception:  # the claim runs out by itself
                 log.exception("releasing subscription %s failed", sid)
             with self._lock:
@@ -328,11 +346,12 @@ class WebSubHub:
                 self._futures.pop(sid, None)
             self._wake.set()  # more may be due (this one, after its batch)
 
-    def _deliver_batch(self, sid: int) -> None:
+    def _deliver_batch(self, sid: int) -> bool:
+        """Deliver; True when the claim was released together with the recorded progress."""
         with self.db.session() as session:
             sub = session.get(Subscription, sid)
             if sub is None or sub.state != "active" or _aware(sub.lease_expires_at) <= now():
-                return
+                return False
             records = [(r.id, r.prev, r.seq, r.body) for r in session.scalars(
                 select(PatchRecord).where(PatchRecord.graph == sub.graph, PatchRecord.seq > sub.delivered_seq)
                 .order_by(PatchRecord.seq).limit(BATCH))]
@@ -344,16 +363,16 @@ class WebSubHub:
         try:
             for patch_id, prev, seq, body in records:
                 if self._stop.is_set() or seq != delivered + 1:
-                    return
+                    return False
                 if time.monotonic() - claimed > self.claim_seconds / 2:  # a long batch keeps its claim
                     if not self._claim(sid, extend=True):
-                        return
+                        return False
                     claimed = time.monotonic()
                 allowed, reason, _request_id = self.policies.decide(party, graph, "read")
                 if not allowed:
                     self._set(sid, state="cancelled", last_error=f"access withdrawn: {reason}"[:1024])
                     self._send_denied(callback, graph, f"access withdrawn: {reason}")
-                    return
+                    return False
                 status, error = self._post(callback, graph, media_type, secret, patch_id, prev, body)
                 if 200 <= status < 300:
                     delivered = seq
@@ -364,13 +383,14 @@ class WebSubHub:
                         if row is not None:
                             session.delete(row)
                     delivered = start  # nothing left to record
-                    return
+                    return False
                 self._failed(sid, error, advanced_to=delivered if delivered > start else None)
                 delivered = start  # recorded together with the failure
-                return
+                return False
         finally:
             if delivered > start:
-                self._committer.advance(sid, start, delivered)
+                self._committer.advance(sid, start, delivered, self.worker_id)
+        return delivered > start
 
     def _post(self, callback: str, graph: str, media_type: str, secret: str | None, patch_id: str,
               prev: str | None, body: bytes) -> tuple[int, str]:
