@@ -484,7 +484,9 @@ def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, s
 @click.option("--deliveries", default=2000, show_default=True,
               help="Deliveries per run (patches = this / subscribers).")
 @click.option("--kafka/--no-kafka", default=True, show_default=True, help="Also run with the Kafka log.")
-def bench_fanout(subscribers: str, deliveries: int, kafka: bool) -> None:
+@click.option("--baseline", default="", help="Broker URL (e.g. redis://127.0.0.1:6379/15) to run flask-websub's "
+              "hub with its Celery worker as the baseline (needs flask-websub, celery, redis).")
+def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str) -> None:
     """WebSub fan-out: deliveries/s and publish-to-delivered latency to loopback callbacks."""
     from lucid_hub.bench.fanout import run
 
@@ -494,7 +496,7 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool) -> None:
         raise InputError(f"--subscribers {subscribers!r}: expected comma-separated numbers") from None
     if any(n < 1 for n in counts) or deliveries < 1:
         raise InputError("--subscribers and --deliveries must be positive")
-    run(counts, deliveries, kafka)
+    run(counts, deliveries, kafka, baseline)
 
 
 @bench.command("diff")

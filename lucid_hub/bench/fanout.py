@@ -188,7 +188,103 @@ def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Pat
         receiver.close()
 
 
-def run(subscriber_counts: list[int], deliveries: int, kafka: bool) -> None:
+_BASELINE_MODULE = """
+from celery import Celery
+from flask import Flask
+from flask_websub.hub import Hub, SQLite3HubStorage
+import os
+
+app = Flask("baseline")
+celery = Celery("baseline", broker=os.environ["BASELINE_BROKER"])
+celery.conf.worker_hijack_root_logger = False
+hub = Hub(SQLite3HubStorage(os.environ["BASELINE_DB"]), celery, REQUEST_TIMEOUT=10)
+app.register_blueprint(hub.build_blueprint(url_prefix="/hub"))
+"""
+
+
+def measure_baseline(subscribers: int, patches: int, work: Path, broker: str) -> dict[str, float] | None:
+    """The same fan-out through flask-websub's hub, its Celery worker on a local Redis."""
+    import base64
+    import importlib
+
+    receiver = Receiver()
+    folder = work / f"baseline-{subscribers}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "websub_baseline.py").write_text(_BASELINE_MODULE)
+    env = {**os.environ, "BASELINE_BROKER": broker, "BASELINE_DB": str(folder / "hub.sqlite3"),
+           "PYTHONPATH": str(folder)}
+    os.environ.update({k: env[k] for k in ("BASELINE_BROKER", "BASELINE_DB")})
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", "from werkzeug.serving import run_simple; "
+                               "from websub_baseline import app; "
+                               f"run_simple('127.0.0.1', {port}, app, threaded=True)"],
+                              env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "websub_baseline.celery", "worker",
+                               "--concurrency", "2", "--loglevel", "ERROR", "--without-gossip", "--without-mingle"],
+                              env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sys.path.insert(0, str(folder))
+    try:
+        wait_for_port(port, 60)
+        module = importlib.import_module("websub_baseline")
+        topic = "http://example.org/graphs/bench-fanout"
+        for n in range(subscribers):
+            requests.post(f"http://127.0.0.1:{port}/hub", timeout=60, data={
+                "hub.mode": "subscribe", "hub.topic": topic, "hub.callback": receiver.url(n)})
+        deadline = time.monotonic() + 120
+        while len(list(module.hub.storage.get_callbacks(topic))) < subscribers:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.1)  # polling the baseline's storage for a state, with a deadline
+        link = f'<http://127.0.0.1:{port}/hub>; rel="hub", <{topic}>; rel="self"'
+
+        def put(value: int) -> str:
+            patch = f"baseline-{value}"
+            body = f'<http://ex/kpi> <http://ex/value> "{value}" .\n'.encode()
+            module.hub.send_change_notification.delay(topic, {
+                "headers": {"Link": link, "Content-Type": "application/rdf-patch", "X-Lucid-Patch-Id": patch},
+                "content": base64.b64encode(body).decode("ascii")})
+            return patch
+
+        start = time.perf_counter()
+        for i in range(patches):
+            put(i + 1)
+        complete = receiver.wait_for(subscribers * patches, 600)
+        end = max((t for _, t in receiver.arrivals), default=time.perf_counter())
+        burst = len(receiver.arrivals)
+        paced = max(10, min(100, patches))
+        interval = subscribers / PACED_RATE
+        published: dict[str, float] = {}
+        next_at = time.perf_counter()
+        for i in range(paced):
+            time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the load
+            published[put(patches + i + 1)] = time.perf_counter()
+            next_at += interval
+        complete = receiver.wait_for(burst + subscribers * paced, 600) and complete
+        latencies = [t - published[p] for p, t in receiver.arrivals if p in published]
+        p50, p99 = _percentiles(latencies)
+        return {"deliveries": burst, "expected": subscribers * patches, "complete": complete,
+                "rate": burst / max(end - start, 1e-9), "p50_ms": p50, "p99_ms": p99}
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("websub_baseline", None)
+        for proc in (worker, server):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        receiver.close()
+
+
+def _line(subscribers: int, patches: int, r: dict[str, float]) -> str:
+    note = "" if r["complete"] else f"  INCOMPLETE: {r['deliveries']:,} of {r['expected']:,}"
+    return (f"  {subscribers:>5} subscribers x {patches:>4} patches: {r['rate']:8,.0f} deliveries/s (burst)  "
+            f"publish->delivered at {PACED_RATE:.0f} deliveries/s: p50 {r['p50_ms']:7.1f} ms  "
+            f"p99 {r['p99_ms']:8.1f} ms{note}")
+
+
+def run(subscriber_counts: list[int], deliveries: int, kafka: bool, baseline: str = "") -> None:
+    ours: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="lucid-bench-fanout-") as tmp:
         work = Path(tmp)
         logs: list[tuple[str, dict[str, str]]] = [("sql log", {})]
@@ -200,12 +296,19 @@ def run(subscriber_counts: list[int], deliveries: int, kafka: bool) -> None:
                 for subscribers in subscriber_counts:
                     patches = max(5, deliveries // subscribers)
                     r = measure(subscribers, patches, env, work)
-                    note = "" if r["complete"] else f"  INCOMPLETE: {r['deliveries']:,} of {r['expected']:,}"
-                    click.echo(f"  {subscribers:>5} subscribers x {patches:>4} patches: "
-                               f"{r['rate']:8,.0f} deliveries/s (burst)  publish->delivered at "
-                               f"{PACED_RATE:.0f} deliveries/s: p50 {r['p50_ms']:7.1f} ms  "
-                               f"p99 {r['p99_ms']:8.1f} ms{note}")
+                    ours.setdefault(subscribers, r)
+                    click.echo(_line(subscribers, patches, r))
                     click.echo(json.dumps({"log": name, "subscribers": subscribers, **r}), err=True)
+        if baseline:
+            click.echo(f"== baseline: flask-websub's hub, Celery worker (2 processes), broker {baseline}")
+            for subscribers in subscriber_counts:
+                patches = max(5, deliveries // subscribers)
+                b = measure_baseline(subscribers, patches, work, baseline)
+                if b is None:
+                    click.echo(f"  {subscribers:>5} subscribers: the baseline did not confirm its subscriptions")
+                    continue
+                click.echo(_line(subscribers, patches, b)
+                           + f"   -> lucid-hub (sql log) {ours[subscribers]['rate'] / max(b['rate'], 1e-9):.1f}x")
 
 
 @contextmanager
