@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -129,6 +129,30 @@ def _percentiles(values: list[float]) -> tuple[float, float]:
     return q[49] * 1000, q[98] * 1000
 
 
+def drive(put: Callable[[int], str], receiver: Receiver, subscribers: int, patches: int) -> dict[str, float]:
+    """Throughput: `patches` published back to back, deliveries/s until the last arrives.
+    Latency: more published at a steady rate the hub sustains (PACED_RATE deliveries/s)."""
+    start = time.perf_counter()
+    for i in range(patches):
+        put(i + 1)
+    complete = receiver.wait_for(subscribers * patches, 600)
+    end = max((t for _, t in receiver.arrivals), default=time.perf_counter())
+    burst = len(receiver.arrivals)
+    paced = max(10, min(100, patches))
+    interval = subscribers / PACED_RATE
+    published: dict[str, float] = {}
+    next_at = time.perf_counter()
+    for i in range(paced):
+        time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the load, not synchronising
+        published[put(patches + i + 1)] = time.perf_counter()
+        next_at += interval
+    complete = receiver.wait_for(burst + subscribers * paced, 600) and complete
+    latencies = [t - published[p] for p, t in receiver.arrivals if p in published]
+    p50, p99 = _percentiles(latencies)
+    return {"deliveries": burst, "expected": subscribers * patches, "complete": complete,
+            "rate": burst / max(end - start, 1e-9), "p50_ms": p50, "p99_ms": p99}
+
+
 def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Path) -> dict[str, float]:
     from lucid_hub.auth.client_side import client_credentials_token
 
@@ -162,28 +186,7 @@ def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Pat
                                     data=f'<http://ex/kpi> <http://ex/value> "{value}" .\n')
                 return str(response.json()["patch"])
 
-            # Throughput: publish as fast as one client can; deliveries/s until the last arrives.
-            start = time.perf_counter()
-            for i in range(patches):
-                put(i + 1)
-            complete = receiver.wait_for(subscribers * patches, 600)
-            end = max((t for _, t in receiver.arrivals), default=time.perf_counter())
-            burst = len(receiver.arrivals)
-            # Latency: publish at a steady rate the hub sustains, PACED_RATE deliveries/s in all.
-            paced = max(10, min(100, patches))
-            interval = subscribers / PACED_RATE
-            published: dict[str, float] = {}
-            next_at = time.perf_counter()
-            for i in range(paced):
-                time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the load, not synchronising
-                patch = put(patches + i + 1)
-                published[patch] = time.perf_counter()
-                next_at += interval
-            complete = receiver.wait_for(burst + subscribers * paced, 600) and complete
-        latencies = [t - published[p] for p, t in receiver.arrivals if p in published]
-        p50, p99 = _percentiles(latencies)
-        return {"deliveries": burst, "expected": subscribers * patches, "complete": complete,
-                "rate": burst / max(end - start, 1e-9), "p50_ms": p50, "p99_ms": p99}
+            return drive(put, receiver, subscribers, patches)
     finally:
         receiver.close()
 
@@ -225,6 +228,13 @@ def measure_baseline(subscribers: int, patches: int, work: Path, broker: str) ->
     sys.path.insert(0, str(folder))
     try:
         wait_for_port(port, 60)
+        import itertools
+
+        import flask_websub.hub
+
+        # flask-websub names its Celery tasks after a process-wide counter of Hub instances;
+        # the worker (a fresh process) has instance 0, so this process's must be 0 again too.
+        flask_websub.hub.Hub.counter = itertools.count()
         module = importlib.import_module("websub_baseline")
         topic = "http://example.org/graphs/bench-fanout"
         for n in range(subscribers):
@@ -245,25 +255,7 @@ def measure_baseline(subscribers: int, patches: int, work: Path, broker: str) ->
                 "content": base64.b64encode(body).decode("ascii")})
             return patch
 
-        start = time.perf_counter()
-        for i in range(patches):
-            put(i + 1)
-        complete = receiver.wait_for(subscribers * patches, 600)
-        end = max((t for _, t in receiver.arrivals), default=time.perf_counter())
-        burst = len(receiver.arrivals)
-        paced = max(10, min(100, patches))
-        interval = subscribers / PACED_RATE
-        published: dict[str, float] = {}
-        next_at = time.perf_counter()
-        for i in range(paced):
-            time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the load
-            published[put(patches + i + 1)] = time.perf_counter()
-            next_at += interval
-        complete = receiver.wait_for(burst + subscribers * paced, 600) and complete
-        latencies = [t - published[p] for p, t in receiver.arrivals if p in published]
-        p50, p99 = _percentiles(latencies)
-        return {"deliveries": burst, "expected": subscribers * patches, "complete": complete,
-                "rate": burst / max(end - start, 1e-9), "p50_ms": p50, "p99_ms": p99}
+        return drive(put, receiver, subscribers, patches)
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop("websub_baseline", None)

@@ -40,7 +40,10 @@ class _Tokens(BearerTokenGenerator):
         return self.tokens.issue(client, scope)
 
 
-class _Revocation(RevocationEndpoint):
+class _OurTokens:
+    """What the revocation and introspection endpoints share: client authentication methods,
+    token types, and the token service."""
+
     CLIENT_AUTH_METHODS: ClassVar[list[str]] = list(AUTH_METHODS)
     SUPPORTED_TOKEN_TYPES = ("access_token",)
 
@@ -48,6 +51,8 @@ class _Revocation(RevocationEndpoint):
         super().__init__()
         self.tokens = tokens
 
+
+class _Revocation(_OurTokens, RevocationEndpoint):
     def query_token(self, token_string: str, token_type_hint: str | None) -> Principal | None:
         try:  # an expired token may still be revoked (a no-op in effect, but not an error)
             return self.tokens.validate(token_string, check_expiry=False)
@@ -58,14 +63,7 @@ class _Revocation(RevocationEndpoint):
         self.tokens.revoke(token)
 
 
-class _Introspection(IntrospectionEndpoint):
-    CLIENT_AUTH_METHODS: ClassVar[list[str]] = list(AUTH_METHODS)
-    SUPPORTED_TOKEN_TYPES = ("access_token",)
-
-    def __init__(self, tokens: TokenService) -> None:
-        super().__init__()
-        self.tokens = tokens
-
+class _Introspection(_OurTokens, IntrospectionEndpoint):
     def query_token(self, token_string: str, token_type_hint: str | None) -> Principal | None:
         try:
             return self.tokens.validate(token_string)
