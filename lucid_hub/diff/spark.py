@@ -28,7 +28,7 @@ from lucid_hub import errors
 from lucid_hub.diff import GraphChange
 from lucid_hub.errors import InputError, LucidError, RdfSyntaxError, UnsupportedRdfError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.msg import Msg, by_hash, msg_hash
+from lucid_hub.rdf.msg import Msg, by_hash, msg_hash, unnamed_graph_statement
 from lucid_hub.rdf.syntax import has_triple_term
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -182,14 +182,8 @@ def _parse_lines(lines: list[str], scope: str, file_name: str, default_graph: st
             g = q.graph_name
             if type(g) is ox.NamedNode:
                 graph, statement = g.value, str(q.triple)
-            elif type(g) is ox.DefaultGraph:
-                if default_graph is None:
-                    raise UnsupportedRdfError(f"{_path(file_name)}: holds triples outside a named graph; "
-                                              "name their graph (--graph IRI)")
-                graph, statement = default_graph, str(q)
             else:
-                raise UnsupportedRdfError(
-                    f"{_path(file_name)}: graph {g} is named by a blank node; a published graph needs an IRI")
+                graph, statement = unnamed_graph_statement(q, default_graph, _path(file_name))
             graphs.append(graph)
             stmts.append(statement)
             if "_:" in statement or "<<(" in statement:

@@ -198,6 +198,17 @@ def graph_msgs(quads: Iterable[ox.Quad], canonicalizer: Canonicalizer) -> GraphM
     return builder.build(canonicalizer)
 
 
+def unnamed_graph_statement(q: ox.Quad, default_graph: str | None, source: str) -> tuple[str, str]:
+    """(graph, statement) of a quad not in a named graph: default-graph triples belong to
+    `default_graph`; a blank-node graph name, or no graph named, cannot be published."""
+    if type(q.graph_name) is ox.DefaultGraph:
+        if default_graph is None:
+            raise UnsupportedRdfError(f"{source}: holds triples outside a named graph; name their graph (--graph IRI)")
+        return default_graph, str(q)
+    raise UnsupportedRdfError(
+        f"{source}: graph {q.graph_name} is named by a blank node; a published graph needs an IRI")
+
+
 def split_graphs(
     quads: Iterable[ox.Quad], default_graph: str | None, source: str = "<input>",
     *, triples_only: bool = False,
@@ -215,18 +226,10 @@ def split_graphs(
     builders: dict[str, GraphMsgsBuilder] = {}
     for q in quads:
         g = q.graph_name
-        if type(g) is ox.NamedNode:
+        if type(g) is ox.NamedNode:  # the common case, inline: this loop runs per quad
             name, statement = g.value, str(q.triple)
-        elif type(g) is ox.DefaultGraph:
-            if default_graph is None:
-                raise UnsupportedRdfError(
-                    f"{source}: holds triples outside a named graph; name their graph (--graph IRI)"
-                )
-            name, statement = default_graph, str(q)
         else:
-            raise UnsupportedRdfError(
-                f"{source}: graph {g} is named by a blank node; a published graph needs an IRI"
-            )
+            name, statement = unnamed_graph_statement(q, default_graph, source)
         builder = builders.get(name)
         if builder is None:
             builder = builders[name] = GraphMsgsBuilder(source)
