@@ -8,7 +8,6 @@ from the database every few seconds from other processes.
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import threading
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from joserfc import jwt
+from joserfc import jws, jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 from sqlalchemy import delete, select
@@ -122,14 +121,13 @@ def _strings(value: Any) -> frozenset[str]:
 def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Header and claims of a compact JWS, not yet verified (to choose the keys)."""
     try:
-        head, payload, _signature = token.split(".")
-        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (ValueError, UnicodeDecodeError):
+        compact = jws.extract_compact(token.encode())
+        claims = json.loads(compact.payload)
+    except (JoseError, ValueError):
         raise AuthenticationError("the access token is not a JWT") from None
-    if not isinstance(header, dict) or not isinstance(claims, dict):
+    if not isinstance(claims, dict):
         raise AuthenticationError("the access token is not a JWT")
-    return header, claims
+    return compact.headers(), claims
 
 
 class _ExternalKeys:

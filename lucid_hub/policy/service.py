@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyoxigraph as ox
+from joserfc import jws
 
 from lucid_hub.db.models import HubState
 from lucid_hub.db.session import Database
@@ -23,6 +24,7 @@ from lucid_hub.policy.model import Condition, conditions_from_quads, parse_turtl
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
+from lucid_hub.rdf.patch import Patch
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 
 POLICY_GRAPH = "urn:lucid-hub:policies"
@@ -160,7 +162,7 @@ class PolicyService:
                 patch = verify_patch_bytes(record.body, self.trusted, self.canonicalizer)
                 if patch.prev != prev or patch.id != record.id:
                     raise LucidError(f"chain broken: prev {patch.prev} where {prev} was expected")
-                entry.update(verified=True, kid=_kid(patch.signature))
+                entry.update(verified=True, kid=_kid(patch))
             except LucidError as exc:
                 entry.update(verified=False, problem=str(exc))
             out.append(entry)
@@ -168,15 +170,11 @@ class PolicyService:
         return out
 
 
-def _kid(signature: str | None) -> str | None:
-    import base64
-    import json
-
-    if not signature:
+def _kid(patch: Patch) -> str | None:
+    """The key id in a (verified) patch signature's protected header."""
+    if not patch.signature:
         return None
-    head = signature.split(".")[0]
-    header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-    kid = header.get("kid")
+    kid = jws.extract_compact(patch.signature.encode(), payload=patch.id).headers().get("kid")
     return kid if isinstance(kid, str) else None
 
 
