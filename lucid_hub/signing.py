@@ -195,7 +195,7 @@ class KeyRing:
             raise ConfigError(f"{self.active_path} exists; use 'keys rotate' to replace it")
         key = generate_key()
         self.directory.mkdir(parents=True, exist_ok=True)
-        _write_private(self.active_path, key.pem())
+        write_private(self.active_path, key.pem())
         self.write_jwks()
         return key
 
@@ -215,9 +215,9 @@ class KeyRing:
         old = self.active()
         folder = self.directory / RETIRED_DIR
         folder.mkdir(exist_ok=True)
-        _write_private(folder / f"{old.kid}.pem", old.pem())
+        write_private(folder / f"{old.kid}.pem", old.pem())
         new = generate_key()
-        _write_private(self.active_path, new.pem())
+        write_private(self.active_path, new.pem())
         self.write_jwks()
         return new
 
@@ -236,8 +236,9 @@ def jwks_of(keys: Iterable[SigningKey]) -> dict[str, Any]:
     return {"keys": [k.public_jwk() for k in keys]}
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    # Create with 0600 from the start: the key is never readable by others, not even briefly.
+def write_private(path: Path, data: bytes) -> None:
+    """Write a secret file, created with mode 0600 from the start (never readable by others,
+    not even briefly) and moved into place whole."""
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:

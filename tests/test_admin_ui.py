@@ -140,6 +140,8 @@ def test_an_admin_edits_a_condition_in_the_browser_and_a_clients_access_changes(
 def test_session_cookie_flags_csrf_and_sign_in_limits(tmp_path: Path) -> None:
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'ui.db'}", {"LUCID_AUTH_RATE_LIMIT": "3"}) as hub:
         AdminAccounts(hub.runtime.db).create("alice", PASSWORD)
+        secret_file = tmp_path / "data" / "keys" / "session-secret"
+        assert secret_file.stat().st_mode & 0o777 == 0o600  # the cookie-signing secret is private
         web = requests.Session()
         page = web.get(f"{hub.url}/admin/ui/login", timeout=30)
         cookie = page.headers["Set-Cookie"]

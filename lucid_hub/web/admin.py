@@ -17,6 +17,7 @@ from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError, PolicyError, RateLimitedError
 from lucid_hub.policy.engine import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
+from lucid_hub.signing import write_private
 from lucid_hub.web.authz import author, require_scope
 from lucid_hub.web.common import negotiate, runtime
 
@@ -31,10 +32,7 @@ def init_admin(app: Flask) -> None:
     path: Path = settings.keys_dir / SESSION_SECRET_FILE
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = path.open("x")  # never overwrite; created with the process umask, then narrowed
-        path.chmod(0o600)
-        fd.write(secrets.token_urlsafe(48))
-        fd.close()
+        write_private(path, secrets.token_urlsafe(48).encode())
     app.secret_key = path.read_text().strip()
     app.config.update(SESSION_COOKIE_NAME="lucid_admin", SESSION_COOKIE_HTTPONLY=True,
                       SESSION_COOKIE_SAMESITE="Strict", SESSION_COOKIE_SECURE=not settings.dev_mode,
