@@ -28,15 +28,10 @@ V1 = '<http://ex/o1> <http://ex/status> "open" .\n<http://ex/o1> <http://ex/line
 def bearer(data: Path, port: int) -> dict[str, str]:
     """Authorization for a new client of the hub in `data` (a hub admin), by client credentials."""
     from lucid_hub.auth.client_side import client_credentials_token
-    from lucid_hub.auth.clients import ClientRegistry
-    from lucid_hub.db.session import Database
+    from lucid_hub.auth.clients import create_client_for
 
-    db = Database(Settings.from_env({"LUCID_DATA_DIR": str(data)}).db_url)
-    try:
-        record, secret = ClientRegistry(db).create("test", groups=["lucid-hub-admins"],
-                                                   scopes=["graphs:read", "graphs:write"])
-    finally:
-        db.dispose()
+    record, secret = create_client_for(data, "test", groups=["lucid-hub-admins"],
+                                       scopes=["graphs:read", "graphs:write"])
     token = client_credentials_token(f"http://127.0.0.1:{port}", record.client_id, secret)
     return {"Authorization": f"Bearer {token}"}
 

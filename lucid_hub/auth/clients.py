@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -135,3 +137,17 @@ class ClientRegistry:
             check_password_hash(_DUMMY_HASH, secret)
             return None
         return client if client.check_client_secret(secret) else None
+
+
+def create_client_for(data_dir: Path, name: str, **fields: Any) -> tuple[ClientRecord, str]:
+    """A new client in the database of the hub that runs on `data_dir` with this process's
+    environment (as `lucid-hub serve` started here would see it): for tools that set up a hub."""
+    from lucid_hub.config import Settings
+
+    database = Database(Settings.from_env({**os.environ, "LUCID_DATA_DIR": str(data_dir)}).db_url)
+    try:
+        database.upgrade()
+        return ClientRegistry(database).create(name, **fields)
+    finally:
+        database.dispose()
+

@@ -92,21 +92,6 @@ class Receiver:
         self.thread.join(timeout=10)
 
 
-def _client(data: Path, name: str, prefix: str) -> tuple[str, str]:
-    from lucid_hub.auth.clients import ClientRegistry
-    from lucid_hub.config import Settings
-    from lucid_hub.db.session import Database
-
-    db = Database(Settings.from_env({"LUCID_DATA_DIR": str(data)}).db_url)
-    try:
-        db.upgrade()
-        record, secret = ClientRegistry(db).create(name, groups=["lucid-hub-admins"], callback_prefixes=[prefix],
-                                                   scopes=["graphs:read", "graphs:write", "hub:subscribe", "admin"])
-    finally:
-        db.dispose()
-    return record.client_id, secret
-
-
 @contextmanager
 def _hub(data: Path, extra: dict[str, str]) -> Iterator[str]:
     port = free_port()
@@ -155,14 +140,17 @@ def drive(put: Callable[[int], str], receiver: Receiver, subscribers: int, patch
 
 def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Path) -> dict[str, float]:
     from lucid_hub.auth.client_side import client_credentials_token
+    from lucid_hub.auth.clients import create_client_for
 
     receiver = Receiver()
     data = work / f"hub-{subscribers}-{len(extra_env)}"
-    client_id, secret = _client(data, "bench fanout", f"http://127.0.0.1:{receiver.port}/")
+    record, secret = create_client_for(data, "bench fanout", groups=["lucid-hub-admins"],
+                                       callback_prefixes=[f"http://127.0.0.1:{receiver.port}/"],
+                                       scopes=["graphs:read", "graphs:write", "hub:subscribe", "admin"])
     try:
         with _hub(data, extra_env) as url:
             http = requests.Session()
-            http.headers["Authorization"] = f"Bearer {client_credentials_token(url, client_id, secret)}"
+            http.headers["Authorization"] = f"Bearer {client_credentials_token(url, record.client_id, secret)}"
             nt = {"Content-Type": "application/n-triples"}
             first = http.put(f"{url}/graphs", params={"graph": GRAPH}, headers=nt, timeout=60,
                              data='<http://ex/kpi> <http://ex/value> "0" .\n')

@@ -33,16 +33,10 @@ NT = {"Content-Type": "application/n-triples"}
 def _token(data: Path, url: str) -> str:
     """An access token of a new hub-admin client of the hub in `data` (client credentials)."""
     from lucid_hub.auth.client_side import client_credentials_token
-    from lucid_hub.auth.clients import ClientRegistry
-    from lucid_hub.config import Settings
-    from lucid_hub.db.session import Database
+    from lucid_hub.auth.clients import create_client_for
 
-    db = Database(Settings.from_env({"LUCID_DATA_DIR": str(data)}).db_url)
-    try:
-        record, secret = ClientRegistry(db).create("bench publish", groups=["lucid-hub-admins"],
-                                                   scopes=["graphs:read", "graphs:write"])
-    finally:
-        db.dispose()
+    record, secret = create_client_for(data, "bench publish", groups=["lucid-hub-admins"],
+                                       scopes=["graphs:read", "graphs:write"])
     return client_credentials_token(url, record.client_id, secret)
 
 
