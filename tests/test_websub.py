@@ -127,6 +127,14 @@ def subscribe(session: requests.Session, hub: RunningHub, callback: Callback, **
     return session.post(f"{hub.url}/hub", data=form, timeout=30)
 
 
+def subscribed(hub: RunningHub, callback: Callback, **extra: str) -> None:
+    """The graph published, the partner group granted read, the callback subscribed and verified."""
+    publish(hub, "1")
+    grant(hub)
+    subscribe(subscriber(hub, callback), hub, callback, **extra)
+    callback.wait(lambda: len(active(hub)) == 1)
+
+
 def active(hub: RunningHub) -> list[dict[str, Any]]:
     return [s for s in hub.runtime.websub.subscriptions() if s["state"] == "active"]
 
@@ -234,10 +242,7 @@ def test_a_denied_subscription_tells_the_callback_why(ws_hub: RunningHub, callba
 
 def test_retries_keep_the_order_and_410_removes(ws_hub: RunningHub, callback: Callback) -> None:
     hub = ws_hub
-    publish(hub, "1")
-    grant(hub)
-    subscribe(subscriber(hub, callback), hub, callback)
-    callback.wait(lambda: len(active(hub)) == 1)
+    subscribed(hub, callback)
     callback.statuses = [500, 503]  # the next two POSTs fail
     ids = [publish(hub, "2"), publish(hub, "3")]
     callback.wait(lambda: len(callback.deliveries) == 2)
@@ -251,10 +256,7 @@ def test_retries_keep_the_order_and_410_removes(ws_hub: RunningHub, callback: Ca
 
 def test_failed_subscription_is_visible_and_can_be_redelivered(ws_hub: RunningHub, callback: Callback) -> None:
     hub = ws_hub
-    publish(hub, "1")
-    grant(hub)
-    subscribe(subscriber(hub, callback), hub, callback)
-    callback.wait(lambda: len(active(hub)) == 1)
+    subscribed(hub, callback)
     callback.statuses = [500] * 4  # LUCID_DELIVERY_MAX_ATTEMPTS
     patch = publish(hub, "2")
     listed = lambda: hub.http.get(f"{hub.url}/admin/subscriptions", timeout=30).json()["subscriptions"]  # noqa: E731
@@ -272,10 +274,7 @@ def test_failed_subscription_is_visible_and_can_be_redelivered(ws_hub: RunningHu
 
 def test_access_is_rechecked_at_every_delivery(ws_hub: RunningHub, callback: Callback) -> None:
     hub = ws_hub
-    publish(hub, "1")
-    grant(hub)
-    subscribe(subscriber(hub, callback), hub, callback)
-    callback.wait(lambda: len(active(hub)) == 1)
+    subscribed(hub, callback)
     assert hub.http.delete(f"{hub.url}/admin/conditions", params={"iri": "urn:c:partner-read"},
                            timeout=30).status_code == 204
     publish(hub, "2")
@@ -290,10 +289,7 @@ def test_an_expired_lease_stops_deliveries(ws_hub: RunningHub, callback: Callbac
     from lucid_hub.db.models import Subscription
 
     hub = ws_hub
-    publish(hub, "1")
-    grant(hub)
-    subscribe(subscriber(hub, callback), hub, callback, **{"hub.lease_seconds": "1"})
-    callback.wait(lambda: len(active(hub)) == 1)
+    subscribed(hub, callback, **{"hub.lease_seconds": "1"})
     assert callback.verifications[0]["hub.lease_seconds"] == "120"  # LUCID_LEASE_MIN
     with hub.runtime.db.session() as session:
         for row in session.query(Subscription):
@@ -398,7 +394,7 @@ def test_workers_share_delivery_and_a_killed_worker_loses_nothing(tmp_path: Path
 
     env = {"LUCID_DEV_MODE": "1", "LUCID_DELIVER_IN_PROCESS": "false", "LUCID_DELIVERY_CLAIM_SECONDS": "2"}
     with running_hub(tmp_path / "data", db_url, env) as hub:
-        publish(hub, "0")
+        publish(hub, "0")  # the test publishes 1, 2, 3 below
         grant(hub)
         subscribe(subscriber(hub, callback), hub, callback)
         callback.wait(lambda: len(active(hub)) == 1)
@@ -440,10 +436,7 @@ def test_the_chosen_media_type_is_delivered(ws_hub: RunningHub, callback: Callba
     from lucid_hub.rdf.serialization import read_patch
 
     hub = ws_hub
-    publish(hub, "1")
-    grant(hub)
-    subscribe(subscriber(hub, callback), hub, callback, **{"lucid.media_type": media_type})
-    callback.wait(lambda: len(active(hub)) == 1)
+    subscribed(hub, callback, **{"lucid.media_type": media_type})
     patch_id = publish(hub, "2")
     callback.wait(lambda: len(callback.deliveries) == 1)
     headers, body = callback.deliveries[0]

@@ -38,7 +38,6 @@ from lucid_hub.errors import InputError, LucidError, NotFoundError
 from lucid_hub.policy.engine import Action, Party
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
@@ -228,11 +227,11 @@ class WebSubHub:
                     attempts=0, next_attempt_at=now(), last_error="", delivered_total=0, failures_total=0,
                     created_at=now()))
             else:  # renewal: the same subscription, a new lease (and secret, party, format)
-                if row.state != "active":
-                    row.delivered_seq = max(row.delivered_seq, 0) if row.state == "failed" else length
+                if row.state not in ("active", "failed"):  # a failed one resumes where it stopped
+                    row.delivered_seq = length
                 row.account, row.endpoint_id = request.account, request.endpoint_id
-                row.groups, row.secret, row.media_type = " ".join(sorted(request.groups)), request.secret, \
-                    request.media_type
+                row.groups = " ".join(sorted(request.groups))
+                row.secret, row.media_type = request.secret, request.media_type
                 row.state, row.lease_expires_at, row.attempts, row.next_attempt_at = "active", expires, 0, now()
         self._wake.set()
 
@@ -312,15 +311,12 @@ class WebSubHub:
             if future is not None:
                 future.result()
 
-    def _claim(self, sid: int, extend: bool = False) -> bool:
-        """Take (or extend) this process's claim on a subscription; False if another holds it."""
-        until = now() + timedelta(seconds=self.claim_seconds)
-        free = Subscription.claimed_by == self.worker_id if extend else or_(
-            Subscription.claimed_until.is_(None), Subscription.claimed_until < now(),
-            Subscription.claimed_by == self.worker_id)
+    def _extend_claim(self, sid: int) -> bool:
+        """Renew this process's claim on a subscription; False if it has lost it meanwhile."""
         with self.db.engine.begin() as conn:
-            result = conn.execute(update(Subscription).where(Subscription.id == sid, free)
-                                  .values(claimed_by=self.worker_id, claimed_until=until))
+            result = conn.execute(update(Subscription).where(
+                Subscription.id == sid, Subscription.claimed_by == self.worker_id)
+                .values(claimed_until=now() + timedelta(seconds=self.claim_seconds)))
             return bool(result.rowcount == 1)
 
     def _release(self, sid: int) -> None:
@@ -365,7 +361,7 @@ class WebSubHub:
                 if self._stop.is_set() or seq != delivered + 1:
                     return False
                 if time.monotonic() - claimed > self.claim_seconds / 2:  # a long batch keeps its claim
-                    if not self._claim(sid, extend=True):
+                    if not self._extend_claim(sid):
                         return False
                     claimed = time.monotonic()
                 allowed, reason, _request_id = self.policies.decide(party, graph, "read")
@@ -465,5 +461,6 @@ class WebSubHub:
             row.state, row.attempts, row.next_attempt_at = "active", 0, now()
         self._wake.set()
 
-    def wake(self, _patch: Patch | None = None) -> None:
+    def wake(self) -> None:
+        """Look for due deliveries now (e.g. after a publisher's notice)."""
         self._wake.set()
