@@ -269,6 +269,9 @@ class TokenService:
         """Revoke a token (by its jti) until it would have expired."""
         expires = datetime.fromtimestamp(principal.expires_at, UTC)
         with self.db.session() as session:
+            # Forget revocations of tokens that have expired anyway (here, where the table is
+            # written, not in the reload that runs on the request path).
+            session.execute(delete(RevokedToken).where(RevokedToken.expires_at < datetime.now(UTC)))
             if session.get(RevokedToken, principal.jti) is None:
                 session.add(RevokedToken(jti=principal.jti, expires_at=expires, revoked_at=datetime.now(UTC)))
         with self._lock:
@@ -279,9 +282,8 @@ class TokenService:
         if now - self._revoked_loaded < REVOCATION_REFRESH:
             return
         self._revoked_loaded = now
-        cutoff = datetime.now(UTC)
         with self.db.session() as session:
-            session.execute(delete(RevokedToken).where(RevokedToken.expires_at < cutoff))
-            rows = session.execute(select(RevokedToken.jti, RevokedToken.expires_at)).all()
+            rows = session.execute(select(RevokedToken.jti, RevokedToken.expires_at).where(
+                RevokedToken.expires_at >= datetime.now(UTC))).all()
         with self._lock:
             self._revoked = {jti: expires.timestamp() for jti, expires in rows}

@@ -199,7 +199,8 @@ def run(sizes: list[int], work: Path, master: str, engines: list[str], floor: bo
                 generate(path, size, version)
                 click.echo(f"generated {path.name} ({path.stat().st_size / 1e6:,.0f} MB) "
                            f"in {time.perf_counter() - t:.1f} s")
-        lines = sum(1 for _ in old.open("rb"))
+        with old.open("rb") as fh:
+            lines = sum(1 for _ in fh)
         click.echo(f"\n== {lines:,} triples per snapshot ({old.stat().st_size / 1e6:,.0f} MB), "
                    f"Spark master {master}")
         base = _baseline(old, new)
