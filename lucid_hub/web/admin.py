@@ -181,14 +181,14 @@ def delete_client(client_id: str) -> Response:
 @api.get("/subscriptions")
 def list_subscriptions() -> Response:
     """WebSub subscriptions with their delivery figures (lag in patches, failures, state)."""
-    return jsonify({"subscriptions": runtime().start_delivery(run=False).subscriptions()})
+    return jsonify({"subscriptions": runtime().websub.subscriptions()})
 
 
 @api.post("/subscriptions/<int:subscription_id>/redeliver")
 def redeliver(subscription_id: int) -> Response:
     """Deliver again from ?from=PATCH_ID (default: the next undelivered patch); reactivates a
     failed subscription."""
-    runtime().start_delivery(run=False).redeliver(subscription_id, request.args.get("from"))
+    runtime().websub.redeliver(subscription_id, request.args.get("from"))
     return Response(status=202)
 
 

@@ -39,7 +39,7 @@ def metrics() -> Response:
     URLs): the admin API maps ids to subscriptions."""
     lines = ["# HELP lucid_subscription_lag Patches of the graph not yet delivered to the subscription.",
              "# TYPE lucid_subscription_lag gauge"]
-    subs = runtime().start_delivery(run=False).subscriptions()
+    subs = runtime().websub.subscriptions()
     lines += [f'lucid_subscription_lag{{subscription="{s["id"]}",state="{s["state"]}"}} {s["lag"]}' for s in subs]
     lines += ["# HELP lucid_subscription_delivered_total Patches delivered to the subscription.",
               "# TYPE lucid_subscription_delivered_total counter"]
