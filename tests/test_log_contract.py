@@ -91,3 +91,15 @@ def test_uncommitted_records_are_read_again(patch_log: PatchLog) -> None:
     again = drain(second, 3)
     second.close()
     assert [r.patch_id for r in again] == [r.patch_id for r in records("http://ex/a", 3)]
+
+
+def test_a_consumers_position_advances_with_each_poll(patch_log: PatchLog) -> None:
+    """Polling again without committing gives the next records, not the same ones (the
+    worker commits only after its deliveries are recorded, and must not see them twice)."""
+    patch_log.append(records("http://ex/a", 6))
+    consumer = patch_log.consumer("group-position")
+    got = drain(consumer, 6)
+    later = consumer.poll(max_records=100, timeout=0.2)  # nothing new: an empty answer
+    consumer.close()
+    assert [r.patch_id for r in got] == [r.patch_id for r in records("http://ex/a", 6)]
+    assert later == []

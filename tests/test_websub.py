@@ -366,6 +366,8 @@ def test_flask_websubs_subscriber_subscribes_and_receives_our_deliveries(ws_hub:
             subscriber.subscribe(topic_url=G, hub_url=f"{hub.url}/hub", lease_seconds=3600,
                                  requests_opts={"headers": {"Authorization": f"Bearer {token}"}})
         events.wait(lambda: confirmed == ["subscribe"])
+        # the subscriber confirms before the hub records the subscription: wait for the record
+        events.wait(lambda: [s["state"] for s in hub.runtime.websub.subscriptions()] == ["active"])
         patch = publish(hub, "2")
         events.wait(lambda: len(received) == 1)
         assert received[0] == hub.runtime.publisher.patch(patch).body
@@ -428,6 +430,58 @@ def test_workers_share_delivery_and_a_killed_worker_loses_nothing(tmp_path: Path
                     proc.kill()
                     proc.wait(30)
 
+
+def test_a_worker_delivers_from_the_kafka_log(tmp_path: Path, kafka_bootstrap: str, callback: Callback) -> None:
+    """The Kafka variant: the hub's patch log is a topic on the tansu broker; a `lucid-hub
+    worker` is woken by its records (consumer group) and delivers everything in order."""
+    import os
+    import subprocess
+    import sys
+
+    topic = f"websub-{time.monotonic_ns()}"
+    env = {"LUCID_DEV_MODE": "1", "LUCID_DELIVER_IN_PROCESS": "false", "LUCID_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "LUCID_KAFKA_TOPIC": topic}
+    db_url = f"sqlite:///{tmp_path / 'kafka.db'}"
+    with running_hub(tmp_path / "data", db_url, env) as hub:
+        publish(hub, "0")
+        grant(hub)
+        subscribe(subscriber(hub, callback), hub, callback)
+        callback.wait(lambda: len(active(hub)) == 1)
+        worker = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "worker", "--name", "k1"],
+                                  env={**os.environ, **env, "LUCID_DATA_DIR": str(tmp_path / "data"),
+                                       "LUCID_DATABASE_URL": db_url, "LUCID_PUBLIC_URL": hub.url},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            ids = [publish(hub, str(v)) for v in range(1, 6)]
+            callback.wait(lambda: len(callback.deliveries) >= len(ids), 60)
+            assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == ids
+            worker.terminate()
+            assert worker.wait(30) == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(30)
+
+
+def test_a_workers_policies_answer_concurrent_first_decisions_alike(ws_hub: RunningHub) -> None:
+    """Delivery threads decide at once on a fresh worker: none may see the conditions half loaded."""
+    from lucid_hub.policy.service import ArchivePolicies
+
+    grant(ws_hub)
+    policies = ArchivePolicies(ws_hub.runtime.db, ws_hub.runtime.canonicalizer)
+    start = threading.Barrier(12)
+    answers: list[bool] = []
+
+    def decide() -> None:
+        start.wait()
+        answers.append(policies.decide(("acme", "acme", frozenset({"partner"})), G, "read")[0])
+
+    threads = [threading.Thread(target=decide) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert answers == [True] * 12
 
 
 @pytest.mark.parametrize("media_type", ["application/trig", "application/ld+json"])

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,8 +34,13 @@ class Database:
             self.engine: Engine = create_engine(url, **kwargs)
         except (SQLAlchemyError, ValueError, ImportError) as exc:
             raise ConfigError(f"invalid database URL: {exc}") from None
+        # SQLite has one writer at a time, and a thread that finds the database locked polls
+        # in SQLite's busy handler with sleeps of up to 100 ms; the hot write paths of this
+        # process (publishing, delivery rounds, their records) queue on a lock instead.
+        self._write_lock: AbstractContextManager[Any] = nullcontext()
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
+            self._write_lock = threading.RLock()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -42,6 +48,12 @@ class Database:
         """A session in a transaction: committed on success, rolled back on error."""
         with self._sessions.begin() as session:
             yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction (SQLAlchemy Core), committed on success."""
+        with self._write_lock, self.engine.begin() as conn:
+            yield conn
 
     def upgrade(self, revision: str = "head") -> None:
         """Bring the schema to `revision` with the Alembic migrations."""

@@ -42,13 +42,13 @@ def run_worker(settings: Settings, name: str | None = None, stop: threading.Even
         signal.signal(signal.SIGTERM, stopping)
         signal.signal(signal.SIGINT, stopping)
     log.info("delivery worker %s started", hub.worker_id)
+    hub.start()  # its own rounds: after each recorded batch (backlogs), retries, takeovers
     try:
         while not stop.is_set():
-            records = consumer.poll(100, 1.0)  # new patches, or a second passed (retries, takeovers)
-            started = hub.deliver_due()
-            hub.wait_for(started)
-            if records:
-                consumer.commit(records)  # only after the deliveries they caused are recorded
+            records = consumer.poll(100, 1.0)
+            if records:  # new patches: a round now, and the offsets once it is recorded
+                hub.wait_for(hub.deliver_due())
+                consumer.commit(records)
     finally:
         consumer.close()
         hub.stop()

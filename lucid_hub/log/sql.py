@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import threading
+import time
+
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from lucid_hub.db.models import LogEntry, LogOffset
 from lucid_hub.db.session import Database
 from lucid_hub.log import LogRecord
+
+_NEXT = (select(LogEntry.offset, LogEntry.graph, LogEntry.patch_id, LogEntry.body)
+         .where(LogEntry.offset > bindparam("after")).order_by(LogEntry.offset).limit(bindparam("limit")))
 
 
 class SqlPatchLog:
@@ -34,9 +40,17 @@ class SqlPatchLog:
 
 
 class SqlLogConsumer:
+    """A consumer group's reader of the SQL log, with Kafka's semantics: its position starts
+    after the group's committed offset and advances with every poll; commits are for the
+    next consumer of the group (after a restart)."""
+
+    IDLE_POLL = 0.005  # s between reads while waiting: a table has no push notification
+
     def __init__(self, db: Database, group: str) -> None:
         self.db = db
         self.group = group
+        self._position: int | None = None
+        self._closed = threading.Event()
 
     def _committed(self) -> int:
         with self.db.session() as session:
@@ -44,12 +58,19 @@ class SqlLogConsumer:
             return row.offset if row is not None else 0
 
     def poll(self, max_records: int = 100, timeout: float = 1.0) -> list[LogRecord]:
-        after = self._committed()
-        with self.db.session() as session:
-            rows = session.scalars(
-                select(LogEntry).where(LogEntry.offset > after).order_by(LogEntry.offset).limit(max_records)
-            ).all()
-            return [LogRecord(r.graph, r.patch_id, r.body, str(r.offset)) for r in rows]
+        """The next records, waiting up to `timeout` seconds for one to be appended."""
+        if self._position is None:
+            self._position = self._committed()
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.db.engine.connect() as conn:
+                rows = conn.execute(_NEXT, {"after": self._position, "limit": max_records}).all()
+            if rows:
+                self._position = rows[-1].offset
+                return [LogRecord(r.graph, r.patch_id, r.body, str(r.offset)) for r in rows]
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed.wait(min(left, self.IDLE_POLL)):
+                return []
 
     def commit(self, records: list[LogRecord]) -> None:
         if not records:
@@ -63,4 +84,4 @@ class SqlLogConsumer:
                 row.offset = last
 
     def close(self) -> None:
-        pass
+        self._closed.set()

@@ -188,16 +188,25 @@ class ArchivePolicies:
         self.engine = PolicyEngine()
         self._head: str | None = None
         self._checked = 0.0
+        # Delivery threads decide concurrently: one loads, the others wait for its result
+        # (a thread that went ahead would see the empty engine and deny).
+        self._lock = threading.Lock()
 
     def refresh(self, every: float = 1.0) -> None:
+        if time.monotonic() - self._checked < every:
+            return
+        with self._lock:
+            if time.monotonic() - self._checked < every:
+                return
+            self._load()
+            self._checked = time.monotonic()
+
+    def _load(self) -> None:
         from sqlalchemy import select
 
         from lucid_hub.db.models import Graph, PatchRecord
         from lucid_hub.rdf.rdfpatch import read_rdf_patch
 
-        if time.monotonic() - self._checked < every:
-            return
-        self._checked = time.monotonic()
         with self.db.session() as session:
             row = session.get(Graph, POLICY_GRAPH)
             head = row.head if row is not None else None
