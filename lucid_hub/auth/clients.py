@@ -139,12 +139,15 @@ class ClientRegistry:
         return client if client.check_client_secret(secret) else None
 
 
-def create_client_for(data_dir: Path, name: str, **fields: Any) -> tuple[ClientRecord, str]:
+def create_client_for(data_dir: Path, name: str, extra_env: dict[str, str] | None = None,
+                      **fields: Any) -> tuple[ClientRecord, str]:
     """A new client in the database of the hub that runs on `data_dir` with this process's
-    environment (as `lucid-hub serve` started here would see it): for tools that set up a hub."""
+    environment plus `extra_env` (as `lucid-hub serve` started so would see it): for tools
+    that set up a hub."""
     from lucid_hub.config import Settings
 
-    database = Database(Settings.from_env({**os.environ, "LUCID_DATA_DIR": str(data_dir)}).db_url)
+    env = {**os.environ, **(extra_env or {}), "LUCID_DATA_DIR": str(data_dir)}
+    database = Database(Settings.from_env(env).db_url)
     try:
         database.upgrade()
         return ClientRegistry(database).create(name, **fields)

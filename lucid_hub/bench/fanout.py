@@ -93,18 +93,24 @@ class Receiver:
 
 
 @contextmanager
-def _hub(data: Path, extra: dict[str, str]) -> Iterator[str]:
+def _hub(data: Path, extra: dict[str, str], workers: int) -> Iterator[str]:
+    """`lucid-hub serve` and, with `workers`, that many `lucid-hub worker` processes that do
+    all the delivering (serve then only publishes)."""
     port = free_port()
     env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}",
-           "LUCID_DEV_MODE": "1", **extra}
-    proc = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           "LUCID_DEV_MODE": "1", "LUCID_DELIVER_IN_PROCESS": "0" if workers else "1", **extra}
+    procs = [subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
-        wait_for_port(port, 60)
+        wait_for_port(port, 60)  # serve has migrated the database: workers may start
+        procs += [subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "worker", "--name", f"bench-{n}"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(workers)]
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=60)
 
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
@@ -120,6 +126,7 @@ def drive(put: Callable[[int], str], receiver: Receiver, subscribers: int, patch
     start = time.perf_counter()
     for i in range(patches):
         put(i + 1)
+    published_in = time.perf_counter() - start
     complete = receiver.wait_for(subscribers * patches, 600)
     end = max((t for _, t in receiver.arrivals), default=time.perf_counter())
     burst = len(receiver.arrivals)
@@ -135,20 +142,22 @@ def drive(put: Callable[[int], str], receiver: Receiver, subscribers: int, patch
     latencies = [t - published[p] for p, t in receiver.arrivals if p in published]
     p50, p99 = _percentiles(latencies)
     return {"deliveries": burst, "expected": subscribers * patches, "complete": complete,
-            "rate": burst / max(end - start, 1e-9), "p50_ms": p50, "p99_ms": p99}
+            "rate": burst / max(end - start, 1e-9), "publish_rate": patches / max(published_in, 1e-9),
+            "p50_ms": p50, "p99_ms": p99}
 
 
-def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Path) -> dict[str, float]:
+def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Path,
+            workers: int = 0) -> dict[str, float]:
     from lucid_hub.auth.client_side import client_credentials_token
     from lucid_hub.auth.clients import create_client_for
 
     receiver = Receiver()
     data = work / f"hub-{subscribers}-{len(extra_env)}"
-    record, secret = create_client_for(data, "bench fanout", groups=["lucid-hub-admins"],
+    record, secret = create_client_for(data, "bench fanout", extra_env, groups=["lucid-hub-admins"],
                                        callback_prefixes=[f"http://127.0.0.1:{receiver.port}/"],
                                        scopes=["graphs:read", "graphs:write", "hub:subscribe", "admin"])
     try:
-        with _hub(data, extra_env) as url:
+        with _hub(data, extra_env, workers) as url:
             http = requests.Session()
             http.headers["Authorization"] = f"Bearer {client_credentials_token(url, record.client_id, secret)}"
             nt = {"Content-Type": "application/n-triples"}
@@ -191,6 +200,15 @@ celery.conf.worker_hijack_root_logger = False
 hub = Hub(SQLite3HubStorage(os.environ["BASELINE_DB"]), celery, REQUEST_TIMEOUT=10)
 app.register_blueprint(hub.build_blueprint(url_prefix="/hub"))
 """
+
+
+def check_baseline() -> None:
+    """Fail before any run when the baseline cannot run."""
+    import importlib.util
+
+    missing = [name for name in ("flask_websub", "celery", "redis") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise click.ClickException(f"the baseline needs {', '.join(missing)}: pip install -e '.[bench]'")
 
 
 def measure_baseline(subscribers: int, patches: int, work: Path, broker: str) -> dict[str, float] | None:
@@ -258,24 +276,35 @@ def measure_baseline(subscribers: int, patches: int, work: Path, broker: str) ->
 
 def _line(subscribers: int, patches: int, r: dict[str, float]) -> str:
     note = "" if r["complete"] else f"  INCOMPLETE: {r['deliveries']:,} of {r['expected']:,}"
-    return (f"  {subscribers:>5} subscribers x {patches:>4} patches: {r['rate']:8,.0f} deliveries/s (burst)  "
+    return (f"  {subscribers:>5} subscribers x {patches:>4} patches: {r['rate']:8,.0f} deliveries/s (burst; "
+            f"{r['publish_rate']:4,.0f} patches/s published)  "
             f"publish->delivered at {PACED_RATE:.0f} deliveries/s: p50 {r['p50_ms']:7.1f} ms  "
             f"p99 {r['p99_ms']:8.1f} ms{note}")
 
 
-def run(subscriber_counts: list[int], deliveries: int, kafka: bool, baseline: str = "") -> None:
+def run(subscriber_counts: list[int], deliveries: int, kafka: bool, baseline: str = "", workers: int = 0,
+        database: str = "") -> None:
     ours: dict[int, dict[str, float]] = {}
+    if baseline:
+        check_baseline()
     with tempfile.TemporaryDirectory(prefix="lucid-bench-fanout-") as tmp:
         work = Path(tmp)
-        logs: list[tuple[str, dict[str, str]]] = [("sql log", {})]
+        base_env = {"LUCID_DATABASE_URL": database} if database else {}
+        logs: list[tuple[str, dict[str, str]]] = [("sql log", base_env)]
         with contextlib_kafka(kafka) as bootstrap:
             if bootstrap:
-                logs.append(("kafka", {"LUCID_KAFKA_BOOTSTRAP": bootstrap, "LUCID_KAFKA_TOPIC": "bench-fanout"}))
+                logs.append(("kafka", {**base_env, "LUCID_KAFKA_BOOTSTRAP": bootstrap,
+                                       "LUCID_KAFKA_TOPIC": "bench-fanout"}))
+            setup = (f", {workers} delivery worker process{'es' if workers > 1 else ''}" if workers else
+                     ", delivering in the serve process") + (f", database {database.split('@')[-1]}" if database
+                                                             else ", SQLite")
             for name, env in logs:
-                click.echo(f"== {name}")
+                click.echo(f"== {name}{setup}")
                 for subscribers in subscriber_counts:
                     patches = max(5, deliveries // subscribers)
-                    r = measure(subscribers, patches, env, work)
+                    if database:
+                        _reset(database)
+                    r = measure(subscribers, patches, env, work, workers)
                     ours.setdefault(subscribers, r)
                     click.echo(_line(subscribers, patches, r))
                     click.echo(json.dumps({"log": name, "subscribers": subscribers, **r}), err=True)
@@ -289,6 +318,19 @@ def run(subscriber_counts: list[int], deliveries: int, kafka: bool, baseline: st
                     continue
                 click.echo(_line(subscribers, patches, b)
                            + f"   -> lucid-hub (sql log) {ours[subscribers]['rate'] / max(b['rate'], 1e-9):.1f}x")
+
+
+def _reset(database: str) -> None:
+    """An empty database for each run (the hub migrates it)."""
+    from sqlalchemy import MetaData, create_engine
+
+    engine = create_engine(database)
+    try:
+        metadata = MetaData()
+        metadata.reflect(engine)
+        metadata.drop_all(engine)
+    finally:
+        engine.dispose()
 
 
 @contextmanager
