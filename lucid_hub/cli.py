@@ -303,6 +303,60 @@ def worker(state: _Context, name: str | None) -> None:
 
 
 @cli.group()
+def mirror() -> None:
+    """Mirrors of other hubs' graphs (this hub subscribes, verifies and applies their patches).
+
+    These commands change the data directory's database; a running hub acts on the change
+    within a second (subscribes, unsubscribes), a stopped one at its next start."""
+
+
+@mirror.command("add")
+@click.option("--hub", "hub_url", help="The publisher's WebSub hub URL (e.g. https://acme.example/hub).")
+@click.option("--graph", help="IRI of the graph to mirror.")
+@click.option("--from", "graph_url", help="The graph's URL at the publisher: hub and graph found by its Link headers.")
+@click.option("--client-id", required=True, help="Our client at the publisher (from its 'clients create').")
+@click.option("--client-secret", required=True, envvar="LUCID_MIRROR_CLIENT_SECRET",
+              help="Its secret (or LUCID_MIRROR_CLIENT_SECRET, which keeps it out of the shell history).")
+@click.option("--trust-jwks", help="URL or file of the publisher's public keys to pin (default: its own JWKS now).")
+@pass_ctx
+def mirror_add(state: _Context, hub_url: str | None, graph: str | None, graph_url: str | None, client_id: str,
+               client_secret: str, trust_jwks: str | None) -> None:
+    """Mirror a graph of another hub; prints the mirror as JSON."""
+    import json
+
+    from lucid_hub.mirror import add_mirror
+
+    with _database(state) as database:
+        added = add_mirror(database, graph=graph, hub_url=hub_url, client_id=client_id, client_secret=client_secret,
+                           trust_jwks=trust_jwks, graph_url=graph_url)
+    click.echo(json.dumps(added, indent=2))
+
+
+@mirror.command("list")
+@pass_ctx
+def mirror_list(state: _Context) -> None:
+    """The mirrors as JSON: state, head, counts of applied and quarantined patches."""
+    import json
+
+    from lucid_hub.mirror import list_mirrors
+
+    with _database(state) as database:
+        click.echo(json.dumps(list_mirrors(database), indent=2))
+
+
+@mirror.command("remove")
+@click.argument("mirror_ref", metavar="ID_OR_GRAPH")
+@pass_ctx
+def mirror_remove(state: _Context, mirror_ref: str) -> None:
+    """Stop mirroring (the hub unsubscribes); the local copy stays readable until purged."""
+    from lucid_hub.mirror import remove_mirror
+
+    with _database(state) as database:
+        remove_mirror(database, mirror_ref)
+    click.echo(f"mirror {mirror_ref} removed")
+
+
+@cli.group()
 def clients() -> None:
     """OAuth clients of partners (client credentials grant)."""
 
@@ -486,7 +540,11 @@ def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, s
 @click.option("--kafka/--no-kafka", default=True, show_default=True, help="Also run with the Kafka log.")
 @click.option("--baseline", default="", help="Broker URL (e.g. redis://127.0.0.1:6379/15) to run flask-websub's "
               "hub with its Celery worker as the baseline (needs flask-websub, celery, redis).")
-def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str) -> None:
+@click.option("--workers", default=0, show_default=True,
+              help="Delivery worker processes beside serve (0: serve delivers in process).")
+@click.option("--database", default="", help="Database URL for the hub (default: SQLite in its data directory); "
+              "its tables are dropped before each run.")
+def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, workers: int, database: str) -> None:
     """WebSub fan-out: deliveries/s and publish-to-delivered latency to loopback callbacks."""
     from lucid_hub.bench.fanout import run
 
@@ -494,9 +552,9 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str) 
         counts = [int(n) for n in subscribers.split(",")]
     except ValueError:
         raise InputError(f"--subscribers {subscribers!r}: expected comma-separated numbers") from None
-    if any(n < 1 for n in counts) or deliveries < 1:
-        raise InputError("--subscribers and --deliveries must be positive")
-    run(counts, deliveries, kafka, baseline)
+    if any(n < 1 for n in counts) or deliveries < 1 or workers < 0:
+        raise InputError("--subscribers and --deliveries must be positive, --workers at least 0")
+    run(counts, deliveries, kafka, baseline, workers, database)
 
 
 @bench.command("diff")

@@ -87,6 +87,8 @@ class Settings:
     delivery_claim_seconds: float = 60.0
     # `serve` delivers WebSub notifications itself (false: leave it to `lucid-hub worker`s).
     deliver_in_process: bool = True
+    # Mirrors whose publisher withdrew access: keep the replica as it was, or purge it.
+    mirror_on_revoke: str = "keep"
 
     def spark_settings(self) -> dict[str, str]:
         """LUCID_SPARK_CONF as a dict of `spark.*` settings."""
@@ -146,6 +148,8 @@ class Settings:
             raise ConfigError("LUCID_DELIVERY_MAX_ATTEMPTS, _BACKOFF_BASE and _TIMEOUT must be positive")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
+        if self.mirror_on_revoke not in ("keep", "purge"):
+            raise ConfigError("LUCID_MIRROR_ON_REVOKE must be keep or purge")
 
 
 def _convert(name: str, raw: str, type_name: object) -> Any:

@@ -33,6 +33,7 @@ class Runtime:
     clients: ClientRegistry
     tokens: TokenService
     policies: PolicyService
+    mirrors: Any = None  # lucid_hub.mirror.MirrorService (its thread runs in `serve` only)
     websub: Any = None  # lucid_hub.delivery.hub.WebSubHub, once start_delivery() ran
 
     def start_delivery(self, run: bool = True) -> Any:
@@ -69,6 +70,9 @@ class Runtime:
         policies = PolicyService(db, publisher, canonicalizer, trusted_keys)
         runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db), tokens,
                       policies)
+        from lucid_hub.mirror import MirrorService
+
+        runtime.mirrors = MirrorService(settings, db, publisher, canonicalizer)  # mirrored graphs are read-only
         try:
             if repair:
                 publisher.repair()
@@ -79,6 +83,8 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
+        if self.mirrors is not None:
+            self.mirrors.stop()
         if self.websub is not None:
             self.websub.stop()
         self.publisher.stop_relay()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, String, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 IRI = String(2048)
@@ -162,3 +162,45 @@ class Subscription(Base):
     # a killed one's subscriptions are taken over when its claim runs out.
     claimed_by: Mapped[str | None] = mapped_column(String(128))
     claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Mirror(Base):
+    """A graph of another hub (the publisher) that this hub mirrors: subscribed with the
+    partner's client, every patch verified against the pinned keys before it is applied.
+    The mirrored graph's patches go into this hub's own archive, as they are (same ids,
+    the publisher's signatures), so the archive, store and log hold the mirror like any graph.
+    """
+
+    __tablename__ = "mirrors"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # also the callback path
+    graph: Mapped[str] = mapped_column(IRI, unique=True)
+    hub_url: Mapped[str] = mapped_column(IRI)  # the publisher's WebSub hub
+    publisher_url: Mapped[str] = mapped_column(IRI)  # its base URL: /oauth/token, /patches, /graphs
+    client_id: Mapped[str] = mapped_column(String(255))
+    client_secret: Mapped[str] = mapped_column(String(255))
+    jwks: Mapped[str] = mapped_column(Text)  # the publisher's public keys, pinned when added
+    hmac_secret: Mapped[str] = mapped_column(String(200))
+    # new, subscribing, active, revoked, removing, error
+    state: Mapped[str] = mapped_column(String(16))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    renew_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # half the lease
+    last_error: Mapped[str] = mapped_column(String(1024), default="")
+    applied_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
+    quarantined_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
+    hmac_failures_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
+    last_applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Quarantined(Base):
+    """A delivered patch the mirror refused to apply, with the reason (never applied)."""
+
+    __tablename__ = "mirror_quarantine"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    mirror_id: Mapped[str] = mapped_column(String(64), index=True)
+    patch_id: Mapped[str | None] = mapped_column(PATCH_ID)
+    reason: Mapped[str] = mapped_column(String(1024))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -29,6 +29,7 @@ from lucid_hub.diff.local import diff_msgs
 from lucid_hub.errors import (
     ConflictError,
     NotFoundError,
+    PatchSignatureError,
     PreconditionFailedError,
     StoreError,
 )
@@ -176,6 +177,12 @@ class Publisher:
         self._stopping = threading.Event()
         # Called with each archived patch (e.g. to wake WebSub delivery); must not raise or block.
         self.listeners: list[Callable[[Patch], None]] = []
+        # Graphs that change only through another hub (mirrors): local changes are refused.
+        self.read_only: Callable[[str], bool] = lambda _graph: False
+
+    def _check_writable(self, graph: str) -> None:
+        if self.read_only(graph):
+            raise ConflictError(f"<{graph}> is a mirror of another hub's graph: it changes only through its publisher")
 
     # --- reading -------------------------------------------------------------------------
 
@@ -245,6 +252,7 @@ class Publisher:
         another process moved the head, the store catches up from the archive and the
         change is computed again (up to CAS_ATTEMPTS times, then 409).
         """
+        self._check_writable(graph)
         with self._lock(graph):
             for attempt in range(CAS_ATTEMPTS):
                 caught_up = attempt > 0
@@ -322,6 +330,7 @@ class Publisher:
         """
         from lucid_hub.rdf.rdfpatch import parse_rdf_patch
 
+        self._check_writable(graph)
         doc = parse_rdf_patch(raw, self.canonicalizer, graph=graph)
         if doc.iri("id") is not None:
             patch = read_rdf_patch(raw, self.canonicalizer)
@@ -332,6 +341,19 @@ class Publisher:
         change = GraphChange(graph, tuple(doc.removed), tuple(doc.added))
         return self.publish(graph, lambda _view: change, author=author, message=message,
                             expect_prev=True, prev=prev)
+
+    def archive_verified(self, patch: Patch) -> Patch:
+        """Archive and apply a patch of another hub that the caller has verified (a mirror's):
+        as it is, with the publisher's id and signature, if it follows the graph's head."""
+        if patch.signature is None:
+            raise PatchSignatureError(f"patch {patch.id} is not signed")
+        return self._archive_as_is(patch)
+
+    def forget(self, graph: str) -> None:
+        """Drop a graph from the store (its archive rows are the caller's): a mirror re-clones."""
+        with self._lock(graph):
+            self.store.drop(graph)
+            self.cache.drop(graph)
 
     def _archive_as_is(self, patch: Patch) -> Patch:
         if patch.signature is None:
@@ -370,7 +392,7 @@ class Publisher:
         now = datetime.now(UTC)
         body = write_rdf_patch(patch)
         try:
-            with self.db.engine.begin() as conn:
+            with self.db.write() as conn:
                 if patch.prev is None:
                     conn.execute(self._insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
                                                              updated_at=now).on_conflict_do_nothing())
@@ -471,7 +493,7 @@ class Publisher:
                     return moved
                 self.log.append([LogRecord(graph, pid, body) for _, graph, pid, body in rows])
                 _crash_point("after-log-append", rows[-1][1])
-                with self.db.engine.begin() as conn:
+                with self.db.write() as conn:
                     conn.execute(_RELAYED, {"last": rows[-1][0]})
                 moved += len(rows)
 

@@ -6,7 +6,7 @@ from flask import Flask
 
 from lucid_hub.config import Settings
 from lucid_hub.runtime import Runtime
-from lucid_hub.web import admin, archive, errors, graphs, oauth, ops, sparql, websub
+from lucid_hub.web import admin, archive, errors, graphs, mirrors, oauth, ops, sparql, websub
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
@@ -17,9 +17,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.extensions["lucid"] = runtime or Runtime.open(settings)
     errors.register(app)
     app.extensions["lucid"].start_delivery(settings.deliver_in_process)
+    app.extensions["lucid"].mirrors.start()
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
-                      admin.api, admin.ui, websub.blueprint):
+                      admin.api, admin.ui, websub.blueprint, mirrors.blueprint):
         app.register_blueprint(blueprint)
     return app

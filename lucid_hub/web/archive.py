@@ -29,7 +29,7 @@ blueprint = Blueprint("archive", __name__)
 LDP = "http://www.w3.org/ns/ldp#"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 PATCH_TYPES = [RDF_PATCH, "application/trig", "application/ld+json", "text/html"]
-CONTAINER_TYPES = ["text/turtle", "application/ld+json", "application/n-triples"]
+CONTAINER_TYPES = ["text/turtle", "application/ld+json", "application/n-triples", "application/json"]
 
 
 @blueprint.get("/patches")
@@ -41,11 +41,15 @@ def container() -> Response:
         check_patch_id(since, "since")
     records = runtime().publisher.history(graph, since=since, limit=settings.page_size + 1)
     page, more = records[: settings.page_size], len(records) > settings.page_size
+    media_type = negotiate(CONTAINER_TYPES, "text/turtle")
+    if media_type == "application/json":  # a page of whole patches: how mirrors catch up
+        return jsonify({"graph": graph, "patches": [
+            {"id": r.id, "prev": r.prev, "seq": r.seq, "body": r.body.decode("utf-8")} for r in page],
+            "next": _page_url(graph, page[-1].id) if more else None})
     self_url = request.url
     quads = [ox.Quad(ox.NamedNode(self_url), ox.NamedNode(RDF_TYPE), ox.NamedNode(LDP + "BasicContainer"))]
     for r in page:
         quads.append(ox.Quad(ox.NamedNode(self_url), ox.NamedNode(LDP + "contains"), ox.NamedNode(patch_url(r.id))))
-    media_type = negotiate(CONTAINER_TYPES, "text/turtle")
     body = ox.serialize(quads, format=RDF_MEDIA_TYPES[media_type], prefixes={"ldp": LDP})
     response = Response(body, mimetype=media_type)
     links = [f'<{LDP}BasicContainer>; rel="type"', f'<{graph_url(graph)}>; rel="describes"']

@@ -1,0 +1,536 @@
+"""Mirrors of other hubs' graphs: subscribe, verify every delivery, apply in chain order,
+catch up on gaps, quarantine what cannot be verified.
+
+A mirror's patches go into this hub's own archive as they are (the publisher's ids and
+signatures), through the same atomic archive step as local patches, so the store, the
+local patch log (and with it Kafka) and the local WebSub hub serve a mirrored graph like
+any other. Nothing is applied before its id, signature and place in the chain are checked
+against the publisher's pinned keys; the raw bytes are checked before anything is parsed.
+
+Rows in `mirrors` are also the work queue: `lucid-hub mirror add/remove` write them (with
+or without a running hub) and the hub's maintenance thread subscribes, renews leases and
+unsubscribes within a second, or at its next start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import queue
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import requests
+from sqlalchemy import delete, or_, select, update
+
+from lucid_hub.auth.client_side import client_credentials_token
+from lucid_hub.config import Settings
+from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord, Quarantined
+from lucid_hub.db.session import Database
+from lucid_hub.errors import (
+    ConfigError,
+    ConflictError,
+    InputError,
+    LucidError,
+    NotFoundError,
+    PatchVerificationError,
+)
+from lucid_hub.rdf.patch import Patch
+from lucid_hub.signing import TrustedKeys, verify_patch_bytes
+
+log = logging.getLogger(__name__)
+SCOPE = "hub:subscribe graphs:read"
+TIMEOUT = 30.0
+RETRY_SECONDS = 60.0  # a (re)subscription not verified by then is asked for again
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _http() -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # no proxies or .netrc from the environment
+    session.headers["User-Agent"] = "lucid-hub mirror"
+    return session
+
+
+# --- the registry (usable without a running hub) ------------------------------------------
+def discover(url: str, http: requests.Session | None = None, token: str | None = None) -> tuple[str, str]:
+    """(hub URL, graph IRI) from a graph's URL by its `Link` headers (WebSub discovery)."""
+    http = http or _http()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = http.head(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
+        if response.status_code == 405:
+            response = http.get(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
+    except requests.RequestException as exc:
+        raise InputError(f"cannot reach {url}: {exc}") from None
+    links = response.links
+    if "hub" not in links:
+        raise InputError(f"{url} names no WebSub hub (no Link rel=\"hub\"; status {response.status_code})")
+    self_url = links.get("self", {}).get("url", url)
+    graph = parse_qs(urlsplit(self_url).query).get("graph", [self_url])[0]
+    return links["hub"]["url"], graph
+
+
+def _load_jwks(source: str, http: requests.Session) -> str:
+    if source.startswith(("http://", "https://")):
+        try:
+            response = http.get(source, timeout=TIMEOUT)
+        except requests.RequestException as exc:
+            raise InputError(f"cannot fetch the publisher's keys from {source}: {exc}") from None
+        if response.status_code != 200:
+            raise InputError(f"cannot fetch the publisher's keys from {source}: HTTP {response.status_code}")
+        text = response.text
+    else:
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read the publisher's keys from {source}: {exc.strerror}") from None
+    try:
+        jwks = json.loads(text)
+        TrustedKeys(jwks)
+    except (ValueError, ConfigError) as exc:
+        raise InputError(f"{source}: not a JWKS with an Ed25519 key: {exc}") from None
+    return json.dumps(jwks)
+
+
+def add_mirror(db: Database, *, graph: str | None, hub_url: str | None, client_id: str, client_secret: str,
+               trust_jwks: str | None = None, graph_url: str | None = None) -> dict[str, Any]:
+    """Register a mirror; the hub subscribes to it (now if it runs, else at its next start).
+
+    The hub comes from `hub_url` or is discovered from `graph_url`. The publisher's keys are
+    pinned now: from `trust_jwks` (a URL or a file), else from the publisher's own JWKS
+    (trust on first use, as `mirror add` prints). The client credentials are checked by
+    taking a token, so a typo fails here, not later in a log."""
+    http = _http()
+    if graph_url:  # a lucid-hub graph URL (BASE/graphs?graph=…): read with a token from BASE
+        base = graph_url.split("/graphs", 1)[0]
+        try:
+            token = client_credentials_token(base, client_id, client_secret, SCOPE)
+        except LucidError as exc:
+            raise InputError(f"the publisher at {base} refused the client: {exc}") from None
+        hub_url, found = discover(graph_url, http, token)
+        graph = graph or found
+    if not hub_url or not graph:
+        raise InputError("name the publisher's hub (--hub) and the graph (--graph), or the graph's URL (--from)")
+    if not hub_url.startswith(("http://", "https://")):
+        raise InputError(f"--hub {hub_url!r}: not an http(s) URL")
+    publisher = hub_url.rstrip("/").removesuffix("/hub")
+    jwks = _load_jwks(trust_jwks or f"{publisher}/.well-known/jwks.json", http)
+    try:
+        client_credentials_token(publisher, client_id, client_secret, SCOPE)
+    except LucidError as exc:
+        raise InputError(f"the publisher refused the client: {exc}") from None
+    with db.session() as session:
+        if session.scalars(select(Mirror).where(Mirror.graph == graph)).first() is not None:
+            raise ConflictError(f"<{graph}> is mirrored already (mirror remove it first)")
+        if session.get(Graph, graph) is not None:
+            raise ConflictError(f"<{graph}> is a graph of this hub: a mirror cannot replace it")
+        row = Mirror(id=secrets.token_urlsafe(16), graph=graph, hub_url=hub_url, publisher_url=publisher,
+                     client_id=client_id, client_secret=client_secret, jwks=jwks,
+                     hmac_secret=secrets.token_urlsafe(32), state="new", last_error="", applied_total=0,
+                     quarantined_total=0, hmac_failures_total=0, created_at=now())
+        session.add(row)
+        session.flush()
+        return describe(row, pinned_from=trust_jwks or f"{publisher}/.well-known/jwks.json (trust on first use)")
+
+
+def list_mirrors(db: Database) -> list[dict[str, Any]]:
+    with db.session() as session:
+        rows = session.scalars(select(Mirror).order_by(Mirror.created_at)).all()
+        heads = {g.iri: (g.head, g.length) for g in session.scalars(
+            select(Graph).where(Graph.iri.in_([r.graph for r in rows])))}
+        return [describe(r, *heads.get(r.graph, (None, 0))) for r in rows]
+
+
+def remove_mirror(db: Database, mirror: str) -> None:
+    """Mark a mirror (by id or graph IRI) for removal: the hub unsubscribes, then forgets it."""
+    with db.session() as session:  # one UPDATE: a denial arriving meanwhile does not undo it
+        result = session.execute(update(Mirror).where(or_(Mirror.id == mirror, Mirror.graph == mirror))
+                                 .values(state="removing"))
+        if getattr(result, "rowcount", 0) == 0:
+            raise NotFoundError(f"no mirror {mirror}")
+
+
+def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from: str | None = None) -> dict[str, Any]:
+    """What lists and the admin API show of a mirror (never its secrets)."""
+    out = {"id": row.id, "graph": row.graph, "hub": row.hub_url, "client_id": row.client_id, "state": row.state,
+           "head": head, "length": length, "lease_expires_at": (_aware(row.lease_expires_at) or now()).isoformat()
+           if row.lease_expires_at else None, "applied": row.applied_total, "quarantined": row.quarantined_total,
+           "hmac_failures": row.hmac_failures_total, "last_error": row.last_error,
+           "keys": [k.get("kid") for k in json.loads(row.jwks).get("keys", [])]}
+    if pinned_from:
+        out["keys_pinned_from"] = pinned_from
+    return out
+
+
+# --- the running hub's side -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Applied:
+    """A patch applied to a mirror, as the local event stream announces it."""
+
+    graph: str
+    id: str
+    prev: str | None
+    removed: int
+    added: int
+
+
+class MirrorService:
+    """Subscriptions, verification of intent, deliveries and catch-up of this hub's mirrors."""
+
+    def __init__(self, settings: Settings, db: Database, publisher: Any, canonicalizer: Any) -> None:
+        self.settings = settings
+        self.db = db
+        self.publisher = publisher
+        self.canonicalizer = canonicalizer
+        self.http = _http()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._streams: dict[str, list[queue.Queue[Applied | None]]] = {}
+        self._streams_guard = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._mirrored: set[str] = set()
+        self._refresh_mirrored()
+        publisher.listeners.append(self._announce)
+        publisher.read_only = self.is_mirrored
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="mirrors", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._streams_guard:
+            for queues in self._streams.values():
+                for q in queues:
+                    q.put(None)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        caught_up: set[str] = set()
+        while not self._stop.is_set():
+            try:
+                self.maintain(caught_up)
+            except Exception:  # the loop survives a database or network hiccup
+                log.exception("mirror maintenance failed")
+            self._wake.wait(1.0)
+            self._wake.clear()
+
+    def maintain(self, caught_up: set[str] | None = None) -> None:
+        """Subscribe new mirrors, renew leases that are half over, unsubscribe removed ones;
+        catch each active mirror up once after start (it may have missed patches while down)."""
+        caught_up = caught_up if caught_up is not None else set()
+        with self.db.session() as session:
+            rows = [(r.id, r.state, _aware(r.renew_at)) for r in session.scalars(select(Mirror))]
+        self._refresh_mirrored()
+        for mirror_id, state, renew_at in rows:
+            if self._stop.is_set():
+                return
+            if state == "removing":
+                self._remove(mirror_id)
+            elif state == "new" or (state in ("subscribing", "active", "error") and renew_at is not None
+                                    and renew_at <= now()):
+                self._subscribe(mirror_id)
+            if state in ("new", "active", "subscribing") and mirror_id not in caught_up:
+                try:
+                    self.catch_up(mirror_id)
+                    caught_up.add(mirror_id)
+                except LucidError as exc:
+                    self._note(mirror_id, f"catching up failed: {exc}")
+
+    # --- subscribing -----------------------------------------------------------------
+    def callback_url(self, mirror_id: str) -> str:
+        return f"{self.settings.public_url}/callback/{mirror_id}"
+
+    def _row(self, mirror_id: str) -> Mirror:
+        with self.db.session() as session:
+            row = session.get(Mirror, mirror_id)
+            if row is None:
+                raise NotFoundError(f"no mirror {mirror_id}")
+            session.expunge(row)
+            return row
+
+    def _token(self, row: Mirror) -> str:
+        return client_credentials_token(row.publisher_url, row.client_id, row.client_secret, SCOPE)
+
+    def _hub_request(self, row: Mirror, mode: str) -> None:
+        form = {"hub.mode": mode, "hub.topic": row.graph, "hub.callback": self.callback_url(row.id)}
+        if mode == "subscribe":
+            form["hub.secret"] = row.hmac_secret
+        try:
+            answer = self.http.post(row.hub_url, data=form, timeout=TIMEOUT,
+                                    headers={"Authorization": f"Bearer {self._token(row)}"})
+        except requests.RequestException as exc:
+            raise LucidError(f"cannot reach the hub {row.hub_url}: {exc}") from None
+        if answer.status_code != 202:
+            raise LucidError(f"the hub refused to {mode} ({answer.status_code}): {answer.text.strip()[:300]}")
+
+    def _subscribe(self, mirror_id: str) -> None:
+        """(Re)subscribe; the hub's verification of intent then makes the mirror active.
+
+        The state moves before the request: the verification may arrive before the hub's
+        202 does, and must find the mirror waiting for it (single UPDATEs, no lost update)."""
+        with self.db.session() as session:
+            session.execute(update(Mirror).where(Mirror.id == mirror_id).values(
+                renew_at=now() + timedelta(seconds=RETRY_SECONDS)))  # again unless verified by then
+            session.execute(update(Mirror).where(Mirror.id == mirror_id, Mirror.state.in_(("new", "error")))
+                            .values(state="subscribing"))
+        try:
+            self._hub_request(self._row(mirror_id), "subscribe")
+        except LucidError as exc:
+            log.warning("mirror %s: %s", mirror_id, exc)
+            with self.db.session() as session:
+                session.execute(update(Mirror).where(Mirror.id == mirror_id).values(last_error=str(exc)[:1024]))
+                session.execute(update(Mirror).where(Mirror.id == mirror_id, Mirror.state == "subscribing")
+                                .values(state="error"))
+
+    def _remove(self, mirror_id: str) -> None:
+        row = self._row(mirror_id)
+        try:
+            self._hub_request(row, "unsubscribe")
+        except LucidError as exc:  # the publisher's subscription then ends with its lease
+            log.info("mirror %s: unsubscribing failed: %s", mirror_id, exc)
+        # Forgotten at once: the verification of the unsubscription finds no mirror and is
+        # answered 404, so the hub keeps delivering until the lease ends — answered 410
+        # Gone, which removes the subscription at the hub.
+        with self.db.session() as session:
+            session.execute(delete(Mirror).where(Mirror.id == mirror_id))
+        self._refresh_mirrored()
+
+    def verify_intent(self, mirror_id: str, mode: str, topic: str, challenge: str, lease: str | None,
+                      reason: str = "") -> str | None:
+        """The answer to a hub's GET on our callback: the challenge to echo, "" for a
+        denial taken note of, None for a request we did not ask for (answered 404).
+        State changes are single conditional UPDATEs: `mirror remove` may run meanwhile."""
+        with self.db.session() as session:
+            row = session.get(Mirror, mirror_id)
+            if row is None or not self._same_topic(row, topic):
+                return None
+            graph = row.graph
+            where = (Mirror.id == mirror_id, Mirror.state != "removing")
+            if mode == "denied":
+                session.execute(update(Mirror).where(*where).values(
+                    state="revoked", last_error=f"access withdrawn by the publisher: {reason}"[:1024]))
+                log.warning("mirror of <%s>: the publisher withdrew access: %s", graph, reason)
+            elif mode == "subscribe" and challenge:
+                try:
+                    seconds = int(lease or self.settings.lease_default)
+                except ValueError:
+                    return None
+                result = session.execute(update(Mirror).where(
+                    Mirror.id == mirror_id, Mirror.state.in_(("new", "subscribing", "active", "error"))).values(
+                    state="active", last_error="", lease_expires_at=now() + timedelta(seconds=seconds),
+                    renew_at=now() + timedelta(seconds=seconds / 2)))
+                return challenge if getattr(result, "rowcount", 0) == 1 else None
+            else:
+                return None  # unsubscribe: we forget a mirror before the hub asks (see _remove)
+        if self.settings.mirror_on_revoke == "purge":
+            self.forget(graph)
+        return ""
+
+    @staticmethod
+    def _same_topic(row: Mirror, topic: str) -> bool:
+        return topic == row.graph or parse_qs(urlsplit(topic).query).get("graph", [""])[0] == row.graph
+
+    # --- deliveries ------------------------------------------------------------------
+    def receive(self, mirror_id: str, body: bytes, signature: str | None) -> int:
+        """A delivery to our callback; the HTTP status to answer: 204 applied (or applied
+        before), 202 received but not applied (ignored or quarantined: WebSub wants a 2xx,
+        a retry would not help), 410 no such mirror (the hub drops the subscription)."""
+        with self.db.session() as session:
+            row = session.get(Mirror, mirror_id)
+            if row is None or row.state in ("revoked", "removing"):
+                return 410  # the hub removes the subscription
+            secret, jwks, graph = row.hmac_secret, row.jwks, row.graph
+        expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        if signature is None or not hmac.compare_digest(signature.encode(), expected.encode()):
+            with self.db.session() as session:  # ignored (WebSub §8), counted
+                session.execute(update(Mirror).where(Mirror.id == mirror_id).values(
+                    hmac_failures_total=Mirror.hmac_failures_total + 1))
+            log.warning("mirror of <%s>: a delivery with a wrong or missing HMAC was ignored", graph)
+            return 202
+        try:
+            patch = verify_patch_bytes(body, TrustedKeys(json.loads(jwks)), self.canonicalizer)
+        except (PatchVerificationError, InputError) as exc:
+            self._quarantine(mirror_id, None, body, f"not verified: {exc}")
+            return 202
+        if patch.graph != graph:
+            self._quarantine(mirror_id, patch.id, body, f"the patch is for <{patch.graph}>, not <{graph}>")
+            return 202
+        with self._lock(mirror_id):
+            return 204 if self._apply_in_order(mirror_id, patch, body) else 202
+
+    def _apply_in_order(self, mirror_id: str, patch: Patch, body: bytes) -> bool:
+        """Whether the patch is in the mirror now (applied, or already before)."""
+        if self._known(patch.id):
+            return True  # already applied (a repeat after a crash or retry)
+        if patch.prev == self._head(patch.graph):
+            self._archive(mirror_id, patch)
+            return True
+        self.catch_up(mirror_id, locked=True)  # a gap: fetch what is missing, in order
+        if self._known(patch.id):
+            return True
+        self._quarantine(mirror_id, patch.id, body, f"unknown prev {patch.prev} (not in the publisher's chain "
+                         "after our head): a fork, or a patch of another chain")
+        return False
+
+    def catch_up(self, mirror_id: str, locked: bool = False) -> int:
+        """Fetch and apply, verified and in order, the patches after our head from the
+        publisher's archive; the number applied. Re-clones when the publisher's archive
+        no longer holds our head."""
+        if not locked:
+            with self._lock(mirror_id):
+                return self.catch_up(mirror_id, locked=True)
+        row = self._row(mirror_id)
+        if row.state not in ("new", "subscribing", "active", "error"):
+            return 0
+        trusted = TrustedKeys(json.loads(row.jwks))
+        head = self._head(row.graph)
+        headers = {"Authorization": f"Bearer {self._token(row)}", "Accept": "application/json"}
+        applied = 0
+        url: str | None = f"{row.publisher_url}/patches"
+        params: dict[str, str] | None = {"graph": row.graph, **({"since": head} if head else {})}
+        while url:
+            try:
+                answer = self.http.get(url, params=params, headers=headers, timeout=TIMEOUT)
+            except requests.RequestException as exc:
+                raise LucidError(f"cannot reach the publisher {row.publisher_url}: {exc}") from None
+            if answer.status_code == 404 and head is not None and applied == 0:
+                log.warning("mirror of <%s>: the publisher's archive does not hold our head %s: re-cloning",
+                            row.graph, head)
+                self.forget(row.graph)
+                return self.catch_up(mirror_id, locked=True)
+            if answer.status_code != 200:
+                raise LucidError(f"the publisher's archive answered {answer.status_code}: {answer.text[:300]}")
+            page = answer.json()
+            for item in page.get("patches", []):
+                body = str(item["body"]).encode("utf-8")
+                try:
+                    patch = verify_patch_bytes(body, trusted, self.canonicalizer)
+                except (PatchVerificationError, InputError) as exc:
+                    self._quarantine(mirror_id, item.get("id"), body, f"not verified (catch-up): {exc}")
+                    return applied
+                if self._known(patch.id):
+                    continue
+                current = self._head(row.graph)
+                if patch.graph != row.graph or patch.prev != current:
+                    self._quarantine(mirror_id, patch.id, body, f"catch-up: the patch follows {patch.prev}, "
+                                     f"our head is {current}")
+                    return applied
+                self._archive(mirror_id, patch)
+                applied += 1
+            url, params = page.get("next"), None
+        return applied
+
+    def _archive(self, mirror_id: str, patch: Patch) -> None:
+        self.publisher.archive_verified(patch)
+        with self.db.session() as session:
+            session.execute(update(Mirror).where(Mirror.id == mirror_id).values(
+                applied_total=Mirror.applied_total + 1, last_applied_at=now()))
+
+    def _known(self, patch_id: str) -> bool:
+        with self.db.engine.connect() as conn:
+            return conn.execute(select(PatchRecord.id).where(PatchRecord.id == patch_id)).first() is not None
+
+    def _head(self, graph: str) -> str | None:
+        """The mirror's head (None before its first patch)."""
+        with self.db.engine.connect() as conn:
+            return conn.execute(select(Graph.head).where(Graph.iri == graph)).scalar()
+
+    def _quarantine(self, mirror_id: str, patch_id: str | None, body: bytes, reason: str) -> None:
+        log.warning("mirror %s: patch %s quarantined: %s", mirror_id, patch_id or "(unidentified)", reason)
+        with self.db.session() as session:
+            session.add(Quarantined(mirror_id=mirror_id, patch_id=patch_id, reason=reason[:1024], body=body,
+                                    received_at=now()))
+            session.execute(update(Mirror).where(Mirror.id == mirror_id).values(
+                quarantined_total=Mirror.quarantined_total + 1, last_error=reason[:1024]))
+
+    def quarantined(self, mirror_id: str) -> list[dict[str, Any]]:
+        with self.db.session() as session:
+            return [{"patch_id": q.patch_id, "reason": q.reason, "received_at": q.received_at.isoformat(),
+                     "bytes": len(q.body)} for q in session.scalars(
+                select(Quarantined).where(Quarantined.mirror_id == mirror_id).order_by(Quarantined.id))]
+
+    def _note(self, mirror_id: str, error: str, state: str | None = None) -> None:
+        log.warning("mirror %s: %s", mirror_id, error)
+        values: dict[str, Any] = {"last_error": error[:1024]}
+        if state:
+            values["state"] = state
+        with self.db.session() as session:
+            session.execute(update(Mirror).where(Mirror.id == mirror_id).values(**values))
+
+    def forget(self, graph: str) -> None:
+        """Drop the local copy of a mirrored graph: archive, log entries and store."""
+        with self.db.session() as session:
+            ids = select(PatchRecord.id).where(PatchRecord.graph == graph)
+            session.execute(delete(Outbox).where(Outbox.patch_id.in_(ids)))
+            session.execute(delete(LogEntry).where(LogEntry.graph == graph))
+            session.execute(delete(PatchRecord).where(PatchRecord.graph == graph))
+            session.execute(delete(Graph).where(Graph.iri == graph))
+        self.publisher.forget(graph)
+
+    def _lock(self, mirror_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(mirror_id, threading.Lock())
+
+    def _refresh_mirrored(self) -> None:
+        with self.db.engine.connect() as conn:
+            self._mirrored = set(conn.execute(select(Mirror.graph)).scalars())
+
+    def is_mirrored(self, graph: str) -> bool:
+        return graph in self._mirrored
+
+    # --- local fan-out: Server-Sent Events -------------------------------------------
+    def _announce(self, patch: Patch) -> None:
+        if patch.graph not in self._mirrored:
+            return
+        event = Applied(patch.graph, patch.id, patch.prev, len(patch.removed), len(patch.added))
+        with self._streams_guard:
+            for q in self._streams.get(patch.graph, []):
+                q.put(event)
+
+    def events(self, graph: str, keepalive: float = 15.0) -> Iterator[str]:
+        """An SSE stream of the patches applied to a mirrored graph, from now on."""
+        q: queue.Queue[Applied | None] = queue.Queue(maxsize=10_000)
+        with self._streams_guard:
+            self._streams.setdefault(graph, []).append(q)
+        try:
+            yield ": lucid-hub mirror events\n\n"
+            while not self._stop.is_set():
+                try:
+                    event = q.get(timeout=keepalive)
+                except queue.Empty:
+                    yield ": keep-alive\n\n"
+                    continue
+                if event is None:
+                    return
+                data = json.dumps({"graph": event.graph, "id": event.id, "prev": event.prev,
+                                   "removed": event.removed, "added": event.added})
+                yield f"event: patch\nid: {event.id}\ndata: {data}\n\n"
+        finally:
+            with self._streams_guard:
+                self._streams[graph].remove(q)

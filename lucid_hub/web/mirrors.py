@@ -1,0 +1,92 @@
+"""Mirrors on the web: the callback the publisher's hub calls (`/callback/{id}`), the admin
+API (`/admin/mirrors`), and the local event stream of applied patches (`/mirrors/events`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request, stream_with_context
+
+from lucid_hub.errors import InputError
+from lucid_hub.mirror.service import MirrorService, add_mirror, list_mirrors, remove_mirror
+from lucid_hub.web.authz import authorized_graph, require_scope
+from lucid_hub.web.common import runtime
+
+blueprint = Blueprint("mirrors", __name__)
+
+
+def mirrors() -> MirrorService:
+    service: MirrorService = runtime().mirrors
+    return service
+
+
+@blueprint.get("/callback/<mirror_id>")
+def verification(mirror_id: str) -> Response:
+    """The publisher's hub verifying a (un)subscription we asked for, or telling us of a denial."""
+    args = request.args
+    answer = mirrors().verify_intent(mirror_id, args.get("hub.mode", ""), args.get("hub.topic", ""),
+                                     args.get("hub.challenge", ""), args.get("hub.lease_seconds"),
+                                     args.get("hub.reason", ""))
+    if answer is None:
+        return Response("no such subscription request\n", status=404, mimetype="text/plain")
+    return Response(answer, status=200, mimetype="text/plain")
+
+
+@blueprint.post("/callback/<mirror_id>")
+def delivery(mirror_id: str) -> Response:
+    status = mirrors().receive(mirror_id, request.get_data(cache=False), request.headers.get("X-Hub-Signature"))
+    return Response(status=status)
+
+
+@blueprint.get("/mirrors/events")
+def events() -> Response:
+    graph = authorized_graph("read")
+    if not mirrors().is_mirrored(graph):
+        raise InputError(f"<{graph}> is not a mirror of this hub")
+    response = Response(stream_with_context(mirrors().events(graph)), mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"  # proxies: pass events on at once
+    return response
+
+
+@blueprint.get("/admin/mirrors")
+def admin_list() -> Response:
+    require_scope("admin")
+    return jsonify({"mirrors": list_mirrors(runtime().db)})
+
+
+@blueprint.post("/admin/mirrors")
+def admin_add() -> tuple[Response, int]:
+    require_scope("admin")
+    try:
+        body: Any = json.loads(request.get_data(cache=False) or b"{}")
+    except ValueError as exc:
+        raise InputError(f"request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InputError("request body must be a JSON object")
+    for name in ("client_id", "client_secret"):
+        if not isinstance(body.get(name), str) or not body[name]:
+            raise InputError(f"{name} is required")
+    for name in ("graph", "hub", "from", "trust_jwks"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise InputError(f"{name} must be a string")
+    added = add_mirror(runtime().db, graph=body.get("graph"), hub_url=body.get("hub"),
+                       client_id=body["client_id"], client_secret=body["client_secret"],
+                       trust_jwks=body.get("trust_jwks"), graph_url=body.get("from"))
+    mirrors().wake()
+    return jsonify(added), 201
+
+
+@blueprint.get("/admin/mirrors/<mirror_id>/quarantine")
+def admin_quarantine(mirror_id: str) -> Response:
+    require_scope("admin")
+    return jsonify({"quarantined": mirrors().quarantined(mirror_id)})
+
+
+@blueprint.delete("/admin/mirrors")
+def admin_remove() -> tuple[str, int]:
+    require_scope("admin")
+    remove_mirror(runtime().db, request.args.get("id") or request.args.get("graph") or "")
+    mirrors().wake()
+    return "", 202
