@@ -242,15 +242,23 @@ def keys_rotate(key_dir: Path) -> None:
 
 @cli.command()
 @click.option("--dir", "workdir", type=click.Path(path_type=Path, file_okay=False),
-              help="Keep keys and patches here (default: a temporary directory).")
+              help="Keep the hubs' data directories (or the offline demo's keys and patches) here "
+                   "(default: a temporary directory).")
+@click.option("--offline", is_flag=True, help="The patch chain alone, in this process: diff, sign, verify, apply.")
 @pass_ctx
-def demo(state: _Context, workdir: Path | None) -> None:
-    """Demonstrate the patch chain end to end on embedded defaults (nothing to install)."""
-    from lucid_hub.demo import run
-
+def demo(state: _Context, workdir: Path | None, offline: bool) -> None:
+    """Two hubs (publisher and partner) on loopback, the whole chain, and a report (embedded
+    defaults, nothing to install). Exit 0 only if everything verified."""
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
-    run(workdir, click.echo, state.canonicalizer)
+    if offline:
+        from lucid_hub.demo_patches import run as run_offline
+
+        run_offline(workdir, click.echo, state.canonicalizer)
+        return
+    from lucid_hub.demo import run
+
+    run(workdir, click.echo)
 
 
 @cli.command()
@@ -531,6 +539,25 @@ def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, s
     if min(conditions, clients, request_count) < 1 or graphs < 100:
         raise InputError("--conditions, --clients and --requests must be positive, --graphs at least 100")
     run(conditions, graphs, clients, request_count, seed)
+
+
+@bench.command("e2e")
+@click.option("--mirrors", default="1,10", show_default=True, help="Comma-separated mirror counts (partner hubs).")
+@click.option("--patches", default=100, show_default=True, help="Patches per latency run.")
+@click.option("--rate", default=10.0, show_default=True, help="Patches per second in the latency runs.")
+@click.option("--missed", default=10_000, show_default=True, help="Patches a stopped mirror catches up on (0: skip).")
+@click.option("--triples", default=100_000, show_default=True, help="Triples of the large patch (0: skip).")
+def bench_e2e(mirrors: str, patches: int, rate: float, missed: int, triples: int) -> None:
+    """Publisher to mirrors: latency, catch-up rate, large-patch apply against pyoxigraph's load."""
+    from lucid_hub.bench.e2e import run
+
+    try:
+        counts = [int(n) for n in mirrors.split(",") if n]
+    except ValueError:
+        raise InputError(f"--mirrors {mirrors!r}: expected comma-separated numbers") from None
+    if any(n < 1 for n in counts) or patches < 1 or rate <= 0 or missed < 0 or triples < 0:
+        raise InputError("--mirrors, --patches and --rate must be positive, --missed and --triples at least 0")
+    run(counts, patches, rate, missed, triples)
 
 
 @bench.command("fanout")

@@ -1,116 +1,245 @@
-"""`lucid-hub demo`: the whole patch chain on embedded defaults, narrated step by step.
+"""`lucid-hub demo`, the README's main job: two companies' hubs, the whole chain, a report.
 
-A publisher versions a graph (blank nodes included), signs hash-chained patches; a partner
-verifies each one from raw bytes and applies it to its replica; tampering and replay are
-refused. Nothing to install, no network.
+ACME (publisher) and Globex (partner) run as two `lucid-hub serve` processes on free
+loopback ports, each with its own data directory (embedded defaults: SQLite, the embedded
+patch log, keys generated at first start). ACME registers Globex's client and an access
+condition and publishes its supply-chain graph; Globex mirrors it; ACME changes it (blank-node
+structures included); a tampered delivery reaches Globex; ACME withdraws the permission and
+publishes once more. The report says what was published, delivered, verified, applied and
+quarantined, whether the mirror is isomorphic to the source, and the publish-to-mirror
+latency. Any step that does not behave as promised ends the demo with a non-zero exit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import json
+import socket
+import statistics
 import tempfile
+import threading
+import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
 import pyoxigraph as ox
+import requests
 
-from lucid_hub.diff.local import diff_graph
-from lucid_hub.errors import ChainError, PatchIntegrityError
-from lucid_hub.rdf.apply import GraphReplica
+from lucid_hub.errors import LucidError
+from lucid_hub.hubproc import HubProcess, wait_until
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.rdfpatch import write_rdf_patch
-from lucid_hub.rdf.syntax import rdf_format, read_quads
-from lucid_hub.signing import KeyRing, TrustedKeys, sign_patch, verify_patch_bytes
 
-GRAPH = "https://acme.example/graphs/kpi"
-_PREFIXES = """@prefix ex: <https://acme.example/kpi/> .
-@prefix xsd: <http://www.w3.org/2001/XMLSchema#> .
-"""
-VERSIONS = [
-    ("initial KPIs", """
-ex:leadTime ex:value "12.50"^^xsd:decimal ; ex:unit "days" .
-ex:otif ex:value "0.93"^^xsd:decimal ;
-    ex:measuredAt [ ex:site ex:plantA ; ex:week "2026-W46" ] .
-"""),
-    ("week 47 figures", """
-ex:leadTime ex:value "11.75"^^xsd:decimal ; ex:unit "days" .
-ex:otif ex:value "0.95"^^xsd:decimal ;
-    ex:measuredAt [ ex:site ex:plantA ; ex:week "2026-W47" ] .
-ex:scrapRate ex:value "0.021"^^xsd:decimal ; ex:comment "first report\\nplant A only" .
-"""),
-    ("add plant B", """
-ex:leadTime ex:value "11.75"^^xsd:decimal ; ex:unit "days" .
-ex:otif ex:value "0.95"^^xsd:decimal ;
-    ex:measuredAt [ ex:site ex:plantA ; ex:week "2026-W47" ] , [ ex:site ex:plantB ; ex:week "2026-W47" ] .
-ex:scrapRate ex:value "0.021"^^xsd:decimal ; ex:comment "first report\\nplant A only" .
-"""),
+GRAPH = "https://acme.example/graphs/supply-chain"
+GROUP = "partner-globex"
+CONDITION = "urn:acme:conditions:globex-reads-supply-chain"
+
+# Each change is a list of (old, new) replacements on the previous version's Turtle.
+CHANGES: list[tuple[str, list[tuple[str, str]]]] = [
+    ("PO 1002 confirmed; shipment 77 departed; week 47 KPIs", [
+        ('sc:status "open"', 'sc:status "confirmed"'),
+        ('sc:event [ sc:kind "picked" ; sc:at "2026-11-16T08:10:00Z"^^xsd:dateTime ] .',
+         'sc:event [ sc:kind "picked" ; sc:at "2026-11-16T08:10:00Z"^^xsd:dateTime ] ,\n'
+         '             [ sc:kind "departed" ; sc:at "2026-11-16T14:45:00Z"^^xsd:dateTime ] .'),
+        ('"0.93"^^xsd:decimal ; sc:week "2026-W46"', '"0.95"^^xsd:decimal ; sc:week "2026-W47"'),
+        ('"12.5"^^xsd:decimal ; sc:week "2026-W46"', '"11.75"^^xsd:decimal ; sc:week "2026-W47"'),
+    ]),
+    ("plant B moved; shipment rerouted; PO 1001 line reduced", [
+        ('sc:street "Rue du Port 4"', 'sc:street "Avenue de Colmar 18"'),
+        ("( ex:plantA ex:hubMannheim ex:globexPlant )", "( ex:plantA ex:hubKarlsruhe ex:globexPlant )"),
+        ("sc:quantity 1200", "sc:quantity 1150"),
+    ]),
+    ("PO 1002 cancelled", [
+        ('ex:po-1002 a sc:PurchaseOrder ; sc:buyer ex:globex ; sc:supplier ex:acme ;\n'
+         '    sc:status "confirmed" ; sc:orderedOn "2026-11-09"^^xsd:date ;\n'
+         '    sc:line [ sc:part ex:bracket-7 ; sc:quantity 800 ; sc:unitPrice "0.84"^^xsd:decimal ] .\n', ""),
+    ]),
 ]
+AFTER_WITHDRAWAL = ("week 48 KPIs", [('sc:week "2026-W47"', 'sc:week "2026-W48"')])
 
 
-def run(workdir: Path | None = None, echo: Callable[[str], None] = print,
-        canonicalizer: Canonicalizer | None = None) -> None:
-    """Run the demonstration; raises if any step does not behave as promised."""
+class DemoFailed(LucidError):
+    """A step of the demo did not behave as promised."""
+
+
+def _changed(turtle: str, replacements: list[tuple[str, str]]) -> str:
+    for old, new in replacements:
+        if old not in turtle:
+            raise DemoFailed(f"the demo's change script does not apply: {old[:60]!r}")
+        turtle = turtle.replace(old, new)
+    return turtle
+
+
+class _Arrivals:
+    """Globex's event stream of applied patches, timestamped as they arrive."""
+
+    def __init__(self, hub: HubProcess) -> None:
+        self.times: dict[str, float] = {}
+        self.cond = threading.Condition()
+        self.response = hub.http.get(f"{hub.url}/mirrors/events", params={"graph": GRAPH}, stream=True, timeout=60)
+        if self.response.status_code != 200:
+            raise DemoFailed(f"Globex's event stream answered {self.response.status_code}: {self.response.text[:200]}")
+        self.lines = self.response.iter_lines(decode_unicode=True)
+        next(self.lines)  # the opening comment: listening from now on
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self.lines:
+                if line.startswith("data: "):
+                    patch_id = json.loads(line[6:])["id"]
+                    with self.cond:
+                        self.times[patch_id] = time.perf_counter()
+                        self.cond.notify_all()
+        except (requests.RequestException, ValueError, AttributeError):
+            return  # the stream was closed
+
+    def wait(self, patch_id: str, timeout: float = 30) -> float:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while patch_id not in self.times:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DemoFailed(f"Globex did not apply {patch_id} within {timeout:.0f} s")
+                self.cond.wait(left)
+            return self.times[patch_id]
+
+    def close(self) -> None:
+        # The reader thread is blocked reading the stream; shutting the socket down ends
+        # its read at once (closing alone would wait for the next event or keep-alive).
+        connection = getattr(self.response.raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.response.close()
+        self.thread.join(10)
+
+
+def run(workdir: Path | None = None, echo: Callable[[str], None] = print) -> None:
+    """Run the demonstration; raises DemoFailed if any step does not behave as promised."""
     with tempfile.TemporaryDirectory(prefix="lucid-demo-") as tmp:
         base = workdir or Path(tmp)
-        if canonicalizer is not None:
-            _run(base, echo, canonicalizer)
-        else:
-            with Canonicalizer() as canon:
-                _run(base, echo, canon)
+        acme = HubProcess("ACME", base / "acme")
+        globex = HubProcess("Globex", base / "globex")
+        with Canonicalizer() as canon:
+            try:
+                acme.start()
+                globex.start()
+                _run(acme, globex, canon, echo)
+            finally:
+                globex.stop()
+                acme.stop()
         where = str(base) if workdir else "a temporary directory (use --dir to keep them)"
-        echo(f"demo complete: the replica equals the publisher's graph; keys and patches were in {where}")
+        echo(f"demo complete: both hubs' data directories and logs were in {where}")
 
 
-def _graph(turtle: str) -> list[ox.Quad]:
-    return list(read_quads((_PREFIXES + turtle).encode(), rdf_format("ttl"), name="demo"))
+def _run(acme: HubProcess, globex: HubProcess, canon: Canonicalizer, echo: Callable[[str], None]) -> None:
+    started = time.perf_counter()
+    echo(f"ACME (publisher) at {acme.url}, Globex (partner) at {globex.url}: two processes, embedded defaults")
+    client_id, secret = acme.partner_client("Globex hub", GROUP, f"{globex.url}/callback/")
+    acme.grant_read(CONDITION, GROUP, GRAPH)
+    echo(f"ACME:   registered Globex's client {client_id} and the condition {CONDITION}")
+    turtle = (resources.files("lucid_hub") / "samples" / "supply-chain.ttl").read_text(encoding="utf-8")
+    published = [acme.publish(GRAPH, turtle)]
+    echo(f"ACME:   published <{GRAPH}>: {published[0][:27]}…")
 
+    mirror = globex.mirror(f"{acme.url}/hub", GRAPH, client_id, secret)
+    echo(f"Globex: mirroring it (keys pinned from {mirror['keys_pinned_from']})")
+    wait_until(lambda: globex.mirrors()[0]["state"] == "active" and globex.mirrors()[0]["head"] == published[0],
+               60, "Globex's mirror to clone the graph")
+    echo("Globex: subscription verified, graph cloned and verified")
 
-def _run(base: Path, echo: Callable[[str], None], canon: Canonicalizer) -> None:
-    ring = KeyRing(base / "publisher-keys")
-    key = ring.ensure()
-    echo(f"publisher: signing key kid={key.kid} (public keys in {ring.directory / 'jwks.json'})")
-    trusted = TrustedKeys(ring.jwks())
-    replica = GraphReplica([], canon)
-    echo(f"partner:   empty replica of <{GRAPH}>, trusting the publisher's JWKS")
-
-    previous: list[ox.Quad] = []
-    prev_id: str | None = None
-    wire: list[bytes] = []
-    for number, (message, turtle) in enumerate(VERSIONS, start=1):
-        current = _graph(turtle)
-        change = diff_graph(previous, current, GRAPH, canon)
-        patch = sign_patch(change.to_patch(prev_id, author="publisher@acme.example", message=message), key)
-        raw = write_rdf_patch(patch)
-        wire.append(raw)
-        (base / f"patch-{number}.rdfp").write_bytes(raw)
-        echo(f"publisher: version {number} '{message}': -{len(patch.removed)} +{len(patch.added)} MSGs "
-             f"-> {patch.id[:27]}… ({len(raw)} bytes, signed)")
-        received = verify_patch_bytes(raw, trusted, canon)
-        replica.apply(received)
-        echo(f"partner:   verified id and signature from raw bytes, applied; replica at {patch.id[:27]}…")
-        _check_same(replica, current, canon)
-        previous, prev_id = current, patch.id
-
-    relabelled = diff_graph(previous, _graph(VERSIONS[-1][1]), GRAPH, canon)
-    echo(f"publisher: same data re-read (fresh blank nodes) -> empty change: {relabelled.is_empty}")
-    if not relabelled.is_empty:
-        raise AssertionError("re-parsed data gave a non-empty change")
-
-    tampered = wire[-1].replace(b"plantB", b"plantX")
+    arrivals = _Arrivals(globex)
+    latencies: list[float] = []
     try:
-        verify_patch_bytes(tampered, trusted, canon)
-        raise AssertionError("a tampered patch was accepted")
-    except PatchIntegrityError as exc:
-        echo(f"partner:   tampered patch refused: {exc}")
+        for message, replacements in CHANGES:
+            turtle = _changed(turtle, replacements)
+            patch_id = acme.publish(GRAPH, turtle)
+            sent = time.perf_counter()
+            published.append(patch_id)
+            latencies.append(arrivals.wait(patch_id) - sent)
+            echo(f"ACME:   {message}: {patch_id[:27]}… -> Globex verified and applied it in "
+                 f"{latencies[-1] * 1000:.0f} ms")
+    finally:
+        arrivals.close()
+
+    head = published[-1]
+    _check_isomorphic(acme, globex, head, canon)
+    echo("Globex: mirror isomorphic to ACME's graph (canonical forms equal)")
+
+    quarantined_reason = _tamper(acme, globex, head)
+    echo(f"Globex: a tampered delivery was quarantined, not applied: {quarantined_reason}")
+
+    acme.withdraw(CONDITION)
+    turtle = _changed(turtle, AFTER_WITHDRAWAL[1])
+    late = acme.publish(GRAPH, turtle)
+    published.append(late)
+    echo(f"ACME:   withdrew the condition, then published {AFTER_WITHDRAWAL[0]}: {late[:27]}…")
+    wait_until(lambda: globex.mirrors()[0]["state"] == "revoked", 30, "Globex to be told of the withdrawal")
+    state = globex.mirrors()[0]
+    if state["head"] != head:
+        raise DemoFailed("Globex applied a patch after its access was withdrawn")
+    echo(f"Globex: told \"{state['last_error'][:100]}…\"; the mirror stays at the last permitted version")
+
+    subscription = acme.subscriptions()[0]
+    report = [
+        ("patches published", f"{len(published)} ({len(published) - 1} while Globex had access, 1 after)"),
+        ("delivered by ACME's hub", f"{subscription['delivered']} (subscription now {subscription['state']})"),
+        ("verified and applied at Globex", f"{state['applied']} (clone {1}, deliveries {state['applied'] - 1})"),
+        ("quarantined at Globex", f"{state['quarantined']} (the tampered delivery)"),
+        ("HMAC mismatches ignored", str(state["hmac_failures"])),
+        ("mirror isomorphic to source", "yes"),
+        ("publish-to-mirror latency", f"p50 {statistics.median(latencies) * 1000:.0f} ms, "
+                                      f"max {max(latencies) * 1000:.0f} ms ({len(latencies)} patches)"),
+        ("demo time", f"{time.perf_counter() - started:.1f} s"),
+    ]
+    if state["applied"] != len(published) - 1 or state["quarantined"] != 1 or state["hmac_failures"] != 1:
+        raise DemoFailed(f"unexpected counts at Globex: {state}")
+    echo("report")
+    for name, value in report:
+        echo(f"  {name:<32}{value}")
+
+
+def _check_isomorphic(acme: HubProcess, globex: HubProcess, version: str, canon: Canonicalizer) -> None:
+    def canonical(text: str) -> str:
+        return str(canon.canonicalize([str(q.triple) for q in ox.parse(text, format=ox.RdfFormat.N_TRIPLES)]))
+
+    if canonical(globex.content(GRAPH)) != canonical(acme.content(GRAPH, version)):
+        raise DemoFailed("Globex's mirror is not isomorphic to ACME's graph")
+
+
+def _tamper(acme: HubProcess, globex: HubProcess, head: str) -> str:
+    """Deliver ACME's last patch to Globex's callback twice, altered in flight: once with a
+    wrong HMAC (ignored) and once as an attacker who knows the HMAC secret would (caught by
+    the patch id and signature)."""
+    from lucid_hub.config import Settings
+    from lucid_hub.db.models import Mirror
+    from lucid_hub.db.session import Database
+
+    body = acme.call("GET", f"/patches/{head}", headers={"Accept": "application/rdf-patch"}).content
+    # an order line's quantity, changed in flight
+    altered = body.replace(b'"800"', b'"8000"', 1)
+    if altered == body:
+        raise DemoFailed("the demo's tampering found nothing to alter")
+    database = Database(Settings.from_env(globex.env).db_url)  # the partner's operator can read it
     try:
-        replica.apply(verify_patch_bytes(wire[1], trusted, canon))
-        raise AssertionError("a replayed patch was applied")
-    except ChainError as exc:
-        echo(f"partner:   replayed patch refused: {exc}")
-
-
-def _check_same(replica: GraphReplica, expected: list[ox.Quad], canon: Canonicalizer) -> None:
-    ours = canon.canonicalize(list(replica.statements()))
-    theirs = canon.canonicalize([str(q) for q in expected])
-    if ours != theirs:
-        raise AssertionError("replica differs from the publisher's graph")
-
+        with database.session() as session:
+            row = session.query(Mirror).one()
+            mirror_id, key = row.id, row.hmac_secret
+    finally:
+        database.dispose()
+    url = f"{globex.url}/callback/{mirror_id}"
+    for secret in ("a guessed secret", key):
+        signature = "sha256=" + hmac.new(secret.encode(), altered, hashlib.sha256).hexdigest()
+        answer = requests.post(url, data=altered, timeout=30, headers={
+            "Content-Type": "application/rdf-patch", "X-Hub-Signature": signature})
+        if answer.status_code != 202:
+            raise DemoFailed(f"Globex answered {answer.status_code} to a tampered delivery (expected 202)")
+    quarantined = globex.call("GET", f"/admin/mirrors/{mirror_id}/quarantine").json()["quarantined"]
+    if len(quarantined) != 1 or globex.mirrors()[0]["head"] != head:
+        raise DemoFailed("the tampered delivery was not quarantined")
+    return str(quarantined[0]["reason"])[:100]

@@ -73,12 +73,26 @@ def _serve_gunicorn(settings: Settings, threads: int) -> None:
             self.cfg.set("graceful_timeout", 30)
             self.cfg.set("accesslog", None)
             self.cfg.set("worker_exit", self._worker_exit)
+            self.cfg.set("post_worker_init", self._post_worker_init)
 
         def load(self) -> Any:
             # In the worker: open the runtime there, after the fork.
             self.runtime = Runtime.open(settings)
             self.runtime.publisher.start_relay()
             return create_app(settings, self.runtime)
+
+        def _post_worker_init(self, _worker: Any) -> None:
+            # SIGTERM: gunicorn stops accepting and waits for requests in flight; event
+            # streams never finish by themselves, so they are ended here first.
+            previous = signal.getsignal(signal.SIGTERM)
+
+            def on_term(signum: int, frame: Any) -> None:
+                if self.runtime is not None:
+                    self.runtime.mirrors.end_streams()
+                if callable(previous):
+                    previous(signum, frame)
+
+            signal.signal(signal.SIGTERM, on_term)
 
         def _worker_exit(self, _arbiter: Any, _worker: Any) -> None:
             if self.runtime is not None:

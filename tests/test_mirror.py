@@ -267,3 +267,34 @@ def test_mirror_commands_work_on_the_data_directory(hubs: tuple[RunningHub, Runn
     assert run_cli("mirror", "remove", G, env=env).code == 0
     assert json.loads(run_cli("mirror", "list", env=env).out)[0]["state"] == "removing"
     assert run_cli("mirror", "remove", "nope", env=env).code == 1
+
+
+def test_a_mirror_reclones_when_the_publishers_archive_lost_its_head(tmp_path: Path) -> None:
+    """The publisher was restored from an older backup (same keys, a different chain): the
+    mirror's head is unknown there, so it drops its copy and clones the chain again."""
+    import shutil
+
+    from sqlalchemy import update
+
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher, \
+            running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
+        for i in range(3):
+            publish(publisher, version(i))
+        add_mirror(publisher, partner)
+        wait(lambda: mirror(partner)["length"] == 3)
+        old_head = mirror(partner)["head"]
+        restored = tmp_path / "acme-restored"
+        shutil.copytree(tmp_path / "acme" / "keys", restored / "keys")  # the same signing key
+        with running_hub(restored, f"sqlite:///{tmp_path / 'restored.db'}", DEV) as again:
+            new_ids = [publish(again, version(i)) for i in (5, 6)]
+            with partner.runtime.db.session() as session:  # the publisher's new address
+                session.execute(update(Mirror).values(hub_url=f"{again.url}/hub", publisher_url=again.url))
+            partner_client(again, partner)  # the same client id is not known there: register one
+            record, secret = again.runtime.clients.create("Globex hub", groups=["partner-globex"],
+                                                          scopes=["hub:subscribe", "graphs:read"])
+            with partner.runtime.db.session() as session:
+                session.execute(update(Mirror).values(client_id=record.client_id, client_secret=secret))
+            mirror_id = str(mirror(partner)["id"])
+            assert partner.runtime.mirrors.catch_up(mirror_id) == 2
+            assert mirror(partner)["head"] == new_ids[-1] != old_head and mirror(partner)["length"] == 2
+            assert canonical(partner) == canonical(again)

@@ -14,6 +14,7 @@ unsubscribes within a second, or at its next start.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -178,6 +179,16 @@ def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from:
     return out
 
 
+def _end(q: queue.Queue[Any]) -> None:
+    """Make an event stream's queue end its stream (dropping its oldest event if full)."""
+    try:
+        q.put_nowait(None)
+    except queue.Full:
+        with contextlib.suppress(queue.Empty):
+            q.get_nowait()
+        q.put_nowait(None)
+
+
 # --- the running hub's side -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Applied:
@@ -204,6 +215,7 @@ class MirrorService:
         self._streams: dict[str, list[queue.Queue[Applied | None]]] = {}
         self._streams_guard = threading.Lock()
         self._stop = threading.Event()
+        self._streams_ended = False
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._mirrored: set[str] = set()
@@ -220,12 +232,16 @@ class MirrorService:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self.end_streams()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        with self._streams_guard:
-            for queues in self._streams.values():
-                for q in queues:
-                    q.put(None)
+
+    def end_streams(self) -> None:
+        """End every event stream (the server is shutting down); safe in a signal handler."""
+        self._streams_ended = True
+        for queues in list(self._streams.values()):
+            for q in list(queues):
+                _end(q)
 
     def wake(self) -> None:
         self._wake.set()
@@ -334,7 +350,7 @@ class MirrorService:
             where = (Mirror.id == mirror_id, Mirror.state != "removing")
             if mode == "denied":
                 session.execute(update(Mirror).where(*where).values(
-                    state="revoked", last_error=f"access withdrawn by the publisher: {reason}"[:1024]))
+                    state="revoked", last_error=f"denied by the publisher: {reason}"[:1024]))
                 log.warning("mirror of <%s>: the publisher withdrew access: %s", graph, reason)
             elif mode == "subscribe" and challenge:
                 try:
@@ -427,30 +443,38 @@ class MirrorService:
             if answer.status_code != 200:
                 raise LucidError(f"the publisher's archive answered {answer.status_code}: {answer.text[:300]}")
             page = answer.json()
-            for item in page.get("patches", []):
-                body = str(item["body"]).encode("utf-8")
-                try:
-                    patch = verify_patch_bytes(body, trusted, self.canonicalizer)
-                except (PatchVerificationError, InputError) as exc:
-                    self._quarantine(mirror_id, item.get("id"), body, f"not verified (catch-up): {exc}")
-                    return applied
-                if self._known(patch.id):
-                    continue
-                current = self._head(row.graph)
-                if patch.graph != row.graph or patch.prev != current:
-                    self._quarantine(mirror_id, patch.id, body, f"catch-up: the patch follows {patch.prev}, "
-                                     f"our head is {current}")
-                    return applied
-                self._archive(mirror_id, patch)
-                applied += 1
+            done_before = applied
+            try:
+                for item in page.get("patches", []):
+                    body = str(item["body"]).encode("utf-8")
+                    try:
+                        patch = verify_patch_bytes(body, trusted, self.canonicalizer)
+                    except (PatchVerificationError, InputError) as exc:
+                        self._quarantine(mirror_id, item.get("id"), body, f"not verified (catch-up): {exc}")
+                        return applied
+                    if patch.graph == row.graph and patch.prev == head:  # the next one (the head is
+                        # tracked here, not re-read; the store is synced before the first one)
+                        self.publisher.archive_verified(patch, sync=applied == 0)
+                        head = patch.id
+                        applied += 1
+                    elif not self._known(patch.id):
+                        self._quarantine(mirror_id, patch.id, body, f"catch-up: the patch follows {patch.prev}, "
+                                         f"our head is {head}")
+                        return applied
+            finally:  # the page's count in one statement
+                self._count_applied(mirror_id, applied - done_before)
             url, params = page.get("next"), None
         return applied
 
     def _archive(self, mirror_id: str, patch: Patch) -> None:
         self.publisher.archive_verified(patch)
-        with self.db.session() as session:
-            session.execute(update(Mirror).where(Mirror.id == mirror_id).values(
-                applied_total=Mirror.applied_total + 1, last_applied_at=now()))
+        self._count_applied(mirror_id, 1)
+
+    def _count_applied(self, mirror_id: str, count: int) -> None:
+        if count:
+            with self.db.session() as session:
+                session.execute(update(Mirror).where(Mirror.id == mirror_id).values(
+                    applied_total=Mirror.applied_total + count, last_applied_at=now()))
 
     def _known(self, patch_id: str) -> bool:
         with self.db.engine.connect() as conn:
@@ -511,7 +535,11 @@ class MirrorService:
         event = Applied(patch.graph, patch.id, patch.prev, len(patch.removed), len(patch.added))
         with self._streams_guard:
             for q in self._streams.get(patch.graph, []):
-                q.put(event)
+                try:
+                    q.put_nowait(event)
+                except queue.Full:  # a consumer that stopped reading: its stream is ended
+                    _end(q)
+                    log.warning("mirror event stream of <%s> fell 10,000 events behind; ending it", patch.graph)
 
     def events(self, graph: str, keepalive: float = 15.0) -> Iterator[str]:
         """An SSE stream of the patches applied to a mirrored graph, from now on."""
@@ -520,7 +548,7 @@ class MirrorService:
             self._streams.setdefault(graph, []).append(q)
         try:
             yield ": lucid-hub mirror events\n\n"
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not self._streams_ended:
                 try:
                     event = q.get(timeout=keepalive)
                 except queue.Empty:

@@ -342,12 +342,14 @@ class Publisher:
         return self.publish(graph, lambda _view: change, author=author, message=message,
                             expect_prev=True, prev=prev)
 
-    def archive_verified(self, patch: Patch) -> Patch:
+    def archive_verified(self, patch: Patch, sync: bool = True) -> Patch:
         """Archive and apply a patch of another hub that the caller has verified (a mirror's):
-        as it is, with the publisher's id and signature, if it follows the graph's head."""
+        as it is, with the publisher's id and signature, if it follows the graph's head.
+        `sync=False` skips bringing the store up to the archive first, for a caller that
+        has just archived the previous patch itself (catching up; a fifth of the time)."""
         if patch.signature is None:
             raise PatchSignatureError(f"patch {patch.id} is not signed")
-        return self._archive_as_is(patch)
+        return self._archive_as_is(patch, sync)
 
     def forget(self, graph: str) -> None:
         """Drop a graph from the store (its archive rows are the caller's): a mirror re-clones."""
@@ -355,19 +357,20 @@ class Publisher:
             self.store.drop(graph)
             self.cache.drop(graph)
 
-    def _archive_as_is(self, patch: Patch) -> Patch:
+    def _archive_as_is(self, patch: Patch, sync: bool = True) -> Patch:
         if patch.signature is None:
             patch = sign_patch(patch, self.key)
         with self._lock(patch.graph):
-            self._sync(patch.graph)
+            if sync:
+                self._sync(patch.graph)
             head = self.store.version(patch.graph)
             if patch.prev != head:
                 raise ConflictError(
                     f"patch follows {patch.prev or 'nothing'}, but <{patch.graph}> is at {head}", head)
-            self.store.check(patch)
+            plan = self.store.check(patch, head)  # planned once, applied as planned
             self._append(patch)
             _crash_point("after-archive-commit", patch.graph)
-            self.store.apply(patch)
+            self.store.apply(patch, plan)
             self.cache.advance(patch)
         self._outbox_changed()
         self._published(patch)

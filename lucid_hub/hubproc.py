@@ -1,0 +1,128 @@
+"""A lucid-hub running as its own process on a loopback port, with an admin client: for the
+demo, the end-to-end benchmark and the end-to-end tests (two companies' hubs on one machine).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from lucid_hub.loopback import free_port, wait_for_port
+
+ADMIN_SCOPES = ["graphs:read", "graphs:write", "hub:subscribe", "admin"]
+
+
+class HubProcess:
+    """`lucid-hub serve` for one data directory, in dev mode (loopback callbacks allowed)."""
+
+    def __init__(self, name: str, data: Path, env: dict[str, str] | None = None) -> None:
+        from lucid_hub.auth.client_side import client_credentials_token  # noqa: F401 (import check)
+        from lucid_hub.auth.clients import create_client_for
+
+        self.name = name
+        self.data = data
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": self.url, "LUCID_DEV_MODE": "1",
+                    "LUCID_PORT": str(self.port), **(env or {})}
+        self.env.pop("LUCID_ACCESS_TOKEN", None)
+        record, self._secret = create_client_for(data, f"{name} administrator", dict(self.env),
+                                                 groups=["lucid-hub-admins"], scopes=ADMIN_SCOPES)
+        self.client_id = record.client_id
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.http = requests.Session()
+        self.http.trust_env = False
+
+    def start(self, timeout: float = 60) -> HubProcess:
+        from lucid_hub.auth.client_side import client_credentials_token
+
+        log = (self.data / "serve.log").open("ab")
+        # Its own process group: a kill takes gunicorn's worker down with the master.
+        self.proc = subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(self.port)],
+                                     env=self.env, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        try:
+            wait_for_port(self.port, timeout)
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"the {self.name} hub did not start; see {self.data / 'serve.log'}") from None
+        token = client_credentials_token(self.url, self.client_id, self._secret)
+        self.http.headers["Authorization"] = f"Bearer {token}"
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:  # the whole group at once, as a crash or an OOM kill would
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        else:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def __enter__(self) -> HubProcess:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # --- what the demo and the tests do with a hub ---------------------------------------
+    def call(self, method: str, path: str, expect: tuple[int, ...] = (200, 201, 202, 204), **kwargs: Any) -> Any:
+        answer = self.http.request(method, f"{self.url}{path}", timeout=60, **kwargs)
+        if answer.status_code not in expect:
+            raise RuntimeError(f"{self.name}: {method} {path} answered {answer.status_code}: {answer.text[:300]}")
+        return answer
+
+    def publish(self, graph: str, turtle: str) -> str:
+        answer = self.call("PUT", "/graphs", params={"graph": graph}, data=turtle.encode(),
+                           headers={"Content-Type": "text/turtle"})
+        return str(answer.json()["patch"] or "")
+
+    def partner_client(self, name: str, group: str, callback_prefix: str) -> tuple[str, str]:
+        answer = self.call("POST", "/admin/clients", json={
+            "name": name, "groups": [group], "scopes": ["hub:subscribe", "graphs:read"],
+            "callback_prefixes": [callback_prefix]})
+        body = answer.json()
+        return str(body["client_id"]), str(body["client_secret"])
+
+    def grant_read(self, iri: str, group: str, graph: str) -> None:
+        self.call("POST", "/admin/conditions", json={"iri": iri, "requiresGroup": [group], "readGraph": [graph]})
+
+    def withdraw(self, iri: str) -> None:
+        self.call("DELETE", "/admin/conditions", params={"iri": iri})
+
+    def mirror(self, hub: str, graph: str, client_id: str, secret: str) -> dict[str, Any]:
+        return dict(self.call("POST", "/admin/mirrors", json={
+            "hub": hub, "graph": graph, "client_id": client_id, "client_secret": secret}).json())
+
+    def mirrors(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/admin/mirrors").json()["mirrors"])
+
+    def subscriptions(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/admin/subscriptions").json()["subscriptions"])
+
+    def content(self, graph: str, version: str | None = None) -> str:
+        params = {"graph": graph, **({"version": version} if version else {})}
+        return str(self.call("GET", "/graphs", params=params, headers={"Accept": "application/n-triples"}).text)
+
+
+def wait_until(what: Callable[[], bool], timeout: float, describe: str) -> None:
+    """Until `what` holds, checked every 20 ms (a state of another process); RuntimeError after
+    `timeout` seconds naming `describe`."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {describe}")
+        time.sleep(0.02)  # polling another process's state, with a deadline
