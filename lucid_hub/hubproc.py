@@ -24,7 +24,6 @@ class HubProcess:
     """`lucid-hub serve` for one data directory, in dev mode (loopback callbacks allowed)."""
 
     def __init__(self, name: str, data: Path, env: dict[str, str] | None = None) -> None:
-        from lucid_hub.auth.client_side import client_credentials_token  # noqa: F401 (import check)
         from lucid_hub.auth.clients import create_client_for
 
         self.name = name
