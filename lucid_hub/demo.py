@@ -12,14 +12,10 @@ latency. Any step that does not behave as promised ends the demo with a non-zero
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
-import json
-import socket
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -29,7 +25,7 @@ import pyoxigraph as ox
 import requests
 
 from lucid_hub.errors import LucidError
-from lucid_hub.hubproc import HubProcess, wait_until
+from lucid_hub.hubproc import EventStream, HubProcess, wait_until
 from lucid_hub.rdf.canon import Canonicalizer
 
 GRAPH = "https://acme.example/graphs/supply-chain"
@@ -72,53 +68,6 @@ def _changed(turtle: str, replacements: list[tuple[str, str]]) -> str:
     return turtle
 
 
-class _Arrivals:
-    """Globex's event stream of applied patches, timestamped as they arrive."""
-
-    def __init__(self, hub: HubProcess) -> None:
-        self.times: dict[str, float] = {}
-        self.cond = threading.Condition()
-        self.response = hub.http.get(f"{hub.url}/mirrors/events", params={"graph": GRAPH}, stream=True, timeout=60)
-        if self.response.status_code != 200:
-            raise DemoFailed(f"Globex's event stream answered {self.response.status_code}: {self.response.text[:200]}")
-        self.lines = self.response.iter_lines(decode_unicode=True)
-        next(self.lines)  # the opening comment: listening from now on
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        try:
-            for line in self.lines:
-                if line.startswith("data: "):
-                    patch_id = json.loads(line[6:])["id"]
-                    with self.cond:
-                        self.times[patch_id] = time.perf_counter()
-                        self.cond.notify_all()
-        except (requests.RequestException, ValueError, AttributeError):
-            return  # the stream was closed
-
-    def wait(self, patch_id: str, timeout: float = 30) -> float:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while patch_id not in self.times:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DemoFailed(f"Globex did not apply {patch_id} within {timeout:.0f} s")
-                self.cond.wait(left)
-            return self.times[patch_id]
-
-    def close(self) -> None:
-        # The reader thread is blocked reading the stream; shutting the socket down ends
-        # its read at once (closing alone would wait for the next event or keep-alive).
-        connection = getattr(self.response.raw, "connection", None)
-        sock = getattr(connection, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self.response.close()
-        self.thread.join(10)
-
-
 def run(workdir: Path | None = None, echo: Callable[[str], None] = print) -> None:
     """Run the demonstration; raises DemoFailed if any step does not behave as promised."""
     with tempfile.TemporaryDirectory(prefix="lucid-demo-") as tmp:
@@ -153,7 +102,7 @@ def _run(acme: HubProcess, globex: HubProcess, canon: Canonicalizer, echo: Calla
                60, "Globex's mirror to clone the graph")
     echo("Globex: subscription verified, graph cloned and verified")
 
-    arrivals = _Arrivals(globex)
+    arrivals = EventStream(globex, GRAPH)
     latencies: list[float] = []
     try:
         for message, replacements in CHANGES:
@@ -161,7 +110,9 @@ def _run(acme: HubProcess, globex: HubProcess, canon: Canonicalizer, echo: Calla
             patch_id = acme.publish(GRAPH, turtle)
             sent = time.perf_counter()
             published.append(patch_id)
-            latencies.append(arrivals.wait(patch_id) - sent)
+            if not arrivals.wait([patch_id], 30):
+                raise DemoFailed(f"Globex did not apply {patch_id} within 30 s")
+            latencies.append(arrivals.times[patch_id] - sent)
             echo(f"ACME:   {message}: {patch_id[:27]}… -> Globex verified and applied it in "
                  f"{latencies[-1] * 1000:.0f} ms")
     finally:

@@ -4,10 +4,14 @@ demo, the end-to-end benchmark and the end-to-end tests (two companies' hubs on 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -125,3 +129,51 @@ def wait_until(what: Callable[[], bool], timeout: float, describe: str) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {describe}")
         time.sleep(0.02)  # polling another process's state, with a deadline
+
+
+class EventStream:
+    """A hub's `/mirrors/events` stream of one mirrored graph, each applied patch's arrival
+    timestamped (`time.perf_counter()`) by a reader thread."""
+
+    def __init__(self, hub: HubProcess, graph: str) -> None:
+        self.times: dict[str, float] = {}
+        self._cond = threading.Condition()
+        self.response = hub.http.get(f"{hub.url}/mirrors/events", params={"graph": graph}, stream=True, timeout=60)
+        if self.response.status_code != 200:
+            raise RuntimeError(f"{hub.name}'s event stream answered {self.response.status_code}: "
+                               f"{self.response.text[:200]}")
+        self._lines = self.response.iter_lines(decode_unicode=True)
+        next(self._lines)  # the opening comment: listening from now on
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._lines:
+                if line.startswith("data: "):
+                    with self._cond:
+                        self.times[json.loads(line[6:])["id"]] = time.perf_counter()
+                        self._cond.notify_all()
+        except (requests.RequestException, ValueError, AttributeError):
+            return  # the stream was closed
+
+    def wait(self, ids: list[str], timeout: float) -> bool:
+        """Whether all `ids` arrived within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not all(i in self.times for i in ids):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self) -> None:
+        # The reader is blocked reading the stream; shutting the socket down ends its read at
+        # once (closing alone would wait for the next event or keep-alive comment).
+        sock = getattr(getattr(self.response.raw, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.response.close()
+        self._thread.join(10)

@@ -11,17 +11,14 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import click
-import requests
 
-from lucid_hub.hubproc import HubProcess, wait_until
+from lucid_hub.hubproc import EventStream, HubProcess, wait_until
 
 GRAPH = "https://acme.example/graphs/bench-e2e"
 GROUP = "bench-partners"
@@ -31,38 +28,6 @@ def _version(i: int) -> str:
     return (f'<https://acme.example/kpi> <https://acme.example/value> "{i}" .\n'
             f'<https://acme.example/kpi> <https://acme.example/measured> '
             f'[ <https://acme.example/week> "{i % 52}" ] .\n')
-
-
-class _Events:
-    """One mirror's applied-patch stream, timestamped."""
-
-    def __init__(self, hub: HubProcess) -> None:
-        self.times: dict[str, float] = {}
-        self.cond = threading.Condition()
-        self.response = hub.http.get(f"{hub.url}/mirrors/events", params={"graph": GRAPH}, stream=True, timeout=60)
-        self.lines = self.response.iter_lines(decode_unicode=True)
-        next(self.lines)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        try:
-            for line in self.lines:
-                if line.startswith("data: "):
-                    with self.cond:
-                        self.times[json.loads(line[6:])["id"]] = time.perf_counter()
-                        self.cond.notify_all()
-        except (requests.RequestException, ValueError, AttributeError):
-            return
-
-    def wait(self, ids: list[str], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not all(i in self.times for i in ids):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(left)
-        return True
 
 
 def _connect(acme: HubProcess, partner: HubProcess) -> None:
@@ -89,7 +54,7 @@ def latency(work: Path, mirrors: int, patches: int, rate: float) -> None:
             for partner in partners:
                 wait_until(lambda p=partner: bool(p.mirrors()) and p.mirrors()[0]["head"] == head  # type: ignore[misc]
                            and p.mirrors()[0]["state"] == "active", 120, f"{partner.name} to clone")
-            streams = [_Events(p) for p in partners]
+            streams = [EventStream(p, GRAPH) for p in partners]
             sent: dict[str, float] = {}
             next_at = time.perf_counter()
             for i in range(patches):
@@ -98,6 +63,8 @@ def latency(work: Path, mirrors: int, patches: int, rate: float) -> None:
                 sent[patch_id] = time.perf_counter()
                 next_at += 1 / rate
             complete = all(s.wait(list(sent), 120) for s in streams)
+            for stream in streams:
+                stream.close()
             latencies = [s.times[p] - t for s in streams for p, t in sent.items() if p in s.times]
             p50, p99 = _percentiles(latencies)
             note = "" if complete else "  INCOMPLETE"
