@@ -240,9 +240,13 @@ class WebSubHub:
         self._in_flight: set[int] = set()  # claimed here, outcome not yet recorded
         self._lock = threading.Condition()
         self._expired_at = 0.0
+        # Graphs with active subscriptions: a patch of another graph wakes nobody. Without
+        # this, every patch a mirror catches up on started a delivery round (a write
+        # statement): catch-up ran at 266 patches/s, 794/s without.
+        self._subscribed: set[str] = set()
         self._recorder = _Recorder(self)
         if publisher is not None:
-            publisher.listeners.append(lambda _patch: self._wake.set())
+            publisher.listeners.append(self._graph_changed)
 
     # --- subscription requests ------------------------------------------------------
     def accept(self, request: Request) -> None:
@@ -316,7 +320,14 @@ class WebSubHub:
                 row.groups = " ".join(sorted(request.groups))
                 row.secret, row.media_type = request.secret, request.media_type
                 row.state, row.lease_expires_at, row.attempts, row.next_attempt_at = "active", expires, 0, now()
+        self._subscribed = self._subscribed | {request.graph}
         self._wake.set()
+
+    def _graph_changed(self, patch: Any) -> None:
+        """A publisher's listener: a new patch wakes the deliverer if its graph has subscribers
+        (the set is refreshed every second, so other processes' subscriptions count too)."""
+        if patch.graph in self._subscribed:
+            self._wake.set()
 
     def _unsubscribe(self, request: Request) -> None:
         with self.db.session() as session:
@@ -369,6 +380,7 @@ class WebSubHub:
         with self.db.write() as conn:
             if time.monotonic() - self._expired_at >= 1.0:  # leases end in seconds, not rounds
                 conn.execute(update(SUBS).where(s.state == "active", s.lease_expires_at <= at).values(state="expired"))
+                self._subscribed = set(conn.execute(select(s.graph).where(s.state == "active").distinct()).scalars())
                 self._expired_at = time.monotonic()
             length = select(Graph.length).where(Graph.iri == s.graph).scalar_subquery()
             claim = update(SUBS).where(
