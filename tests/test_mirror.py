@@ -121,6 +121,11 @@ def test_a_mirror_clones_follows_and_stays_isomorphic(hubs: tuple[RunningHub, Ru
     assert listed["applied"] == 7 and listed["quarantined"] == 0 and listed["length"] == 7
     # the mirror's archive holds the publisher's patches byte for byte (ids and signatures)
     assert partner.runtime.publisher.patch(ids[-1]).body == publisher.runtime.publisher.patch(ids[-1]).body
+    # the mirror is queried through /sparql like any graph the caller may read
+    count = partner.http.get(f"{partner.url}/sparql", timeout=30, params={
+        "query": f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH <{G}> {{ ?s ?p ?o }} }}"}).json()
+    published = len(canonical(publisher).strip().splitlines())
+    assert int(count["results"]["bindings"][0]["n"]["value"]) == published
     # a mirrored graph changes only through its publisher
     local = partner.http.put(f"{partner.url}/graphs", params={"graph": G}, headers=TTL, timeout=30,
                              data=b"<https://x/s> <https://x/p> <https://x/o> .")
@@ -173,14 +178,17 @@ def test_what_cannot_be_verified_is_quarantined_never_applied(hubs: tuple[Runnin
     change = diff_graph([], old, G, partner.runtime.canonicalizer)
     foreign = write_rdf_patch(sign_patch(change.to_patch(second), partner.runtime.keys.active()))
     assert _deliver(partner, foreign).status_code == 202
+    # not signed at all
+    assert _deliver(partner, write_rdf_patch(change.to_patch(second))).status_code == 202
     # correctly signed by the publisher, but a fork: it follows the first patch, not the head
     fork = write_rdf_patch(sign_patch(change.to_patch(first), publisher.runtime.keys.active()))
     assert _deliver(partner, fork).status_code == 202
     quarantined = partner.http.get(f"{partner.url}/admin/mirrors/{mirror(partner)['id']}/quarantine",
                                    timeout=30).json()["quarantined"]
     reasons = [q["reason"] for q in quarantined]
-    assert len(reasons) == 3, reasons
-    assert "not verified" in reasons[0] and "not verified" in reasons[1] and "unknown prev" in reasons[2]
+    assert len(reasons) == 4, reasons
+    assert all("not verified" in r for r in reasons[:3]) and "not signed" in reasons[2]
+    assert "unknown prev" in reasons[3]
     assert mirror(partner)["head"] == second and mirror(partner)["applied"] == 2  # nothing applied
     assert canonical(partner) == canonical(publisher)
 
@@ -298,3 +306,24 @@ def test_a_mirror_reclones_when_the_publishers_archive_lost_its_head(tmp_path: P
             assert partner.runtime.mirrors.catch_up(mirror_id) == 2
             assert mirror(partner)["head"] == new_ids[-1] != old_head and mirror(partner)["length"] == 2
             assert canonical(partner) == canonical(again)
+
+
+def test_applied_patches_reach_the_partners_own_kafka_topic(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """Local fan-out on Kafka: the partner hub's patch log is a topic; mirrored patches are on it."""
+    topic = f"globex-{time.monotonic_ns()}"
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher, \
+            running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}",
+                        {**DEV, "LUCID_KAFKA_BOOTSTRAP": kafka_bootstrap, "LUCID_KAFKA_TOPIC": topic}) as partner:
+        ids = [publish(publisher, version(0))]
+        add_mirror(publisher, partner)
+        wait(lambda: mirror(partner)["head"] == ids[-1])
+        ids.append(publish(publisher, version(1)))
+        wait(lambda: mirror(partner)["head"] == ids[-1])
+        partner.runtime.publisher.relay()  # `serve` runs this relay in a thread; the test drives it
+        consumer = partner.runtime.log.consumer("local-consumers")
+        got: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += [r.patch_id for r in consumer.poll(100, 0.5) if r.graph == G]
+        consumer.close()
+        assert got == ids

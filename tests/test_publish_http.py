@@ -213,3 +213,43 @@ def test_uploaded_patch_removing_what_the_graph_lacks_is_409_and_archives_nothin
     assert response.status_code == 409 and "does not hold" in response.text
     assert [p.id for p in hub.runtime.publisher.history(G)] == [v1]
     assert_consistent(hub.runtime)
+
+
+def test_sparql_queries_see_only_the_graphs_the_caller_may_read(hub: RunningHub) -> None:
+    g1, g2 = "http://example.org/graphs/q1", "http://example.org/graphs/q2"
+    for graph, value in ((g1, "1"), (g2, "2")):
+        assert hub.http.put(f"{hub.url}/graphs", params={"graph": graph}, headers={"Content-Type": "text/turtle"},
+                            data=f'<http://ex/s> <http://ex/v> "{value}" ; <http://ex/b> [ <http://ex/c> 1 ] .',
+                            timeout=30).status_code == 201
+    body = {"iri": "urn:c:reads-q1", "requiresGroup": ["q-readers"], "readGraph": [g1]}
+    assert hub.http.post(f"{hub.url}/admin/conditions", json=body, timeout=30).status_code == 201
+    reader = hub.session(hub.token("q reader", ("q-readers",), ("graphs:read",)))
+    select = "SELECT ?v WHERE { ?s <http://ex/v> ?v }"
+    # the admin reads both graphs (their union is the default graph); the reader only q1
+    answer = hub.http.get(f"{hub.url}/sparql", params={"query": select}, timeout=30)
+    assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("application/sparql-results+json")
+    assert sorted(b["v"]["value"] for b in answer.json()["results"]["bindings"]) == ["1", "2"]
+    mine = reader.post(f"{hub.url}/sparql", data=select, headers={"Content-Type": "application/sparql-query"},
+                       timeout=30).json()["results"]["bindings"]
+    assert [b["v"]["value"] for b in mine] == ["1"]
+    # FROM is overridden by the caller's dataset; GRAPH cannot reach other graphs, nor the store's own
+    def values(query: str) -> list[str]:
+        bindings = reader.get(f"{hub.url}/sparql", params={"query": query}, timeout=30).json()["results"]["bindings"]
+        return [value["value"] for b in bindings for value in b.values()]
+
+    assert values(f"SELECT ?v FROM <{g2}> WHERE {{ ?s <http://ex/v> ?v }}") == ["1"]
+    assert values(f"SELECT ?v WHERE {{ GRAPH <{g2}> {{ ?s <http://ex/v> ?v }} }}") == []
+    assert values("SELECT ?o WHERE { GRAPH <urn:lucid-hub:system> { ?s ?p ?o } }") == []
+    construct = reader.get(f"{hub.url}/sparql", params={"query": "CONSTRUCT WHERE { ?s ?p ?o }"}, timeout=30)
+    assert construct.headers["Content-Type"].startswith("application/n-triples") and construct.text.count("\n") == 3
+    # bad input: 4xx with a reason
+    assert requests.get(f"{hub.url}/sparql", params={"query": select}, timeout=30).status_code == 401
+    bad = reader.get(f"{hub.url}/sparql", params={"query": "SELECT WHERE {"}, timeout=30)
+    assert bad.status_code == 400 and "malformed SPARQL query" in bad.text
+    service = reader.get(f"{hub.url}/sparql", params={"query": "SELECT * { SERVICE <http://x/> { ?s ?p ?o } }"},
+                         timeout=30)
+    assert service.status_code == 400 and "SERVICE" in service.text
+    assert reader.get(f"{hub.url}/sparql", timeout=30).status_code == 400
+    huge = reader.post(f"{hub.url}/sparql", data="#" * 100_001, headers={"Content-Type": "application/sparql-query"},
+                       timeout=30)
+    assert huge.status_code == 400

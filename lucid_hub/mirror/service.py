@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import pyoxigraph as ox
 import requests
 from sqlalchemy import delete, or_, select, update
 
@@ -426,6 +427,7 @@ class MirrorService:
             return 0
         trusted = TrustedKeys(json.loads(row.jwks))
         head = self._head(row.graph)
+        cloning = head is None
         headers = {"Authorization": f"Bearer {self._token(row)}", "Accept": "application/json"}
         applied = 0
         url: str | None = f"{row.publisher_url}/patches"
@@ -464,7 +466,31 @@ class MirrorService:
             finally:  # the page's count in one statement
                 self._count_applied(mirror_id, applied - done_before)
             url, params = page.get("next"), None
+        if cloning and applied:
+            self._check_clone(row, head, headers["Authorization"])
         return applied
+
+    def _check_clone(self, row: Mirror, version: str | None, authorization: str) -> None:
+        """A fresh clone against the publisher's content at that version: equal MSG multisets
+        (the chain replayed here must give what the publisher serves)."""
+        from lucid_hub.diff.local import diff_graph
+
+        try:
+            answer = self.http.get(f"{row.publisher_url}/graphs", params={"graph": row.graph, "version": version or ""},
+                                   headers={"Authorization": authorization, "Accept": "application/n-triples"},
+                                   timeout=TIMEOUT)
+        except requests.RequestException as exc:
+            raise LucidError(f"cannot reach the publisher {row.publisher_url}: {exc}") from None
+        if answer.status_code != 200:
+            raise LucidError(f"the publisher's graph answered {answer.status_code}: {answer.text[:300]}")
+        theirs = list(ox.parse(answer.content, format=ox.RdfFormat.N_TRIPLES))
+        _version, statements = self.publisher.content(row.graph)
+        ours = list(ox.parse("".join(f"{s} .\n" for s in statements), format=ox.RdfFormat.N_TRIPLES))
+        if not diff_graph(ours, theirs, row.graph, self.canonicalizer).is_empty:
+            self._note(row.id, f"the clone of <{row.graph}> differs from the publisher's content at {version}: "
+                       "the publisher's archive and graph disagree", state="error")
+            raise LucidError(f"the clone of <{row.graph}> differs from the publisher's content")
+        log.info("mirror of <%s>: cloned at %s and checked against the publisher's content", row.graph, version)
 
     def _archive(self, mirror_id: str, patch: Patch) -> None:
         self.publisher.archive_verified(patch)

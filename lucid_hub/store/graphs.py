@@ -172,6 +172,12 @@ class GraphStore:
             with self._versions_lock:
                 self._versions.pop(graph, None)
 
+    def query(self, query: str, graphs: list[ox.NamedNode]) -> Any:
+        """A SPARQL query whose dataset is exactly `graphs` (their union as the default graph,
+        and as the named graphs), whatever FROM clauses the query has."""
+        dataset = graphs or [ox.NamedNode(f"{RESERVED_PREFIX}no-graph")]
+        return self._store.query(query, default_graph=dataset, named_graphs=dataset)
+
     def contains(self, graph: str, statement: str) -> bool:
         """Whether the graph holds this ground triple (given as a canonical statement)."""
         return ox.Quad(*_triple(to_stored(statement)), ox.NamedNode(graph)) in self._store

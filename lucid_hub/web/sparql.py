@@ -1,4 +1,5 @@
-"""SPARQL 1.1 Update at `/sparql` on owned graphs: each changed graph gets exactly one patch."""
+"""SPARQL 1.1 at `/sparql`: queries over the graphs the caller may read (owned and mirrored),
+and updates on owned graphs (each changed graph gets exactly one patch)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from flask import Blueprint, Response, jsonify, request
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
 from lucid_hub.rdf.syntax import read_quads
-from lucid_hub.store.graphs import check_no_skolem
+from lucid_hub.store.graphs import RESERVED_PREFIX, check_no_skolem
 from lucid_hub.web.authz import author, require_graph, require_scope
 from lucid_hub.web.common import message, patch_url, runtime
 
@@ -26,8 +27,6 @@ def _update_text() -> str:
         return request.get_data(as_text=True)
     if request.mimetype == "application/x-www-form-urlencoded" and "update" in request.form:
         return request.form["update"]
-    if request.mimetype == "application/x-www-form-urlencoded" and "query" in request.form:
-        raise InputError("SPARQL queries are not served here yet; /sparql takes updates")
     raise UnsupportedMediaTypeError("send the update as application/sparql-update or as form field update=")
 
 
@@ -43,6 +42,38 @@ def _mentioned(update: str, graphs: list[str]) -> list[str]:
     return out
 
 
+QUERY_MAX_CHARS = 100_000
+
+
+@blueprint.get("/sparql")
+def sparql_query_get() -> Response:
+    query = request.args.get("query")
+    if not query:
+        raise InputError("send a SPARQL query as ?query=, or POST it as application/sparql-query")
+    return _query(query)
+
+
+def _query(query: str) -> Response:
+    """SPARQL 1.1 Protocol query. The dataset is fixed by the hub, whatever the query's FROM
+    says: its default graph is the union of the graphs the caller may read, and those are
+    its named graphs. Blank nodes come out as the store's skolem IRIs (urn:lucid-hub:…)."""
+    caller = require_scope("graphs:read")
+    if len(query) > QUERY_MAX_CHARS:
+        raise InputError(f"the query is longer than {QUERY_MAX_CHARS:,} characters")
+    if re.search(r"\bSERVICE\b", query, re.IGNORECASE):
+        raise InputError("SERVICE is not allowed (the hub does not fetch URLs for queries)")
+    rt = runtime()
+    readable = [ox.NamedNode(g.iri) for g in rt.publisher.graphs() if not g.iri.startswith(RESERVED_PREFIX)
+                and rt.policies.decide(caller.key, g.iri, "read")[0]]
+    try:
+        result = rt.store.query(query, readable)
+    except SyntaxError as exc:
+        raise InputError(f"malformed SPARQL query: {' '.join(str(exc).split())}") from None
+    if isinstance(result, ox.QueryTriples):
+        return Response(result.serialize(format=ox.RdfFormat.N_TRIPLES), mimetype="application/n-triples")
+    return Response(result.serialize(format=ox.QueryResultsFormat.JSON), mimetype="application/sparql-results+json")
+
+
 @blueprint.post("/sparql")
 def sparql_update() -> Response:
     """Run the update on a scratch copy of the graphs it names, then publish each difference.
@@ -51,6 +82,10 @@ def sparql_update() -> Response:
     is an rdflib dataset with literal normalisation off: pyoxigraph's store would turn
     "01"^^xsd:integer into "1", and rdflib still evaluates values for FILTERs.
     """
+    if request.mimetype == "application/sparql-query":
+        return _query(request.get_data(as_text=True))
+    if request.mimetype == "application/x-www-form-urlencoded" and "query" in request.form:
+        return _query(request.form["query"])
     require_scope("graphs:write")
     update = _update_text()
     if re.search(r"\b(LOAD|SERVICE)\b", update, re.IGNORECASE):
