@@ -222,6 +222,13 @@ def test_verification_requests_we_did_not_ask_for_are_refused(hubs: tuple[Runnin
     for url, params in asks:
         assert requests.get(url, params=params, timeout=30).status_code == 404
     assert requests.post(f"{base}/unknown", data=b"x", timeout=30).status_code == 410
+    # a forged denial (anyone can send this GET): the publisher still grants access, so ignored
+    forged = requests.get(f"{base}/{mirror_id}", timeout=30,
+                          params={"hub.mode": "denied", "hub.topic": G, "hub.reason": "forged"})
+    assert forged.status_code == 200 and mirror(partner)["state"] == "active"
+    # the metrics page counts mirrors by state without naming them (ids are callback secrets)
+    metrics = requests.get(f"{partner.url}/metrics", timeout=30).text
+    assert 'lucid_mirrors{state="active"} 1' in metrics and str(mirror_id) not in metrics
 
 
 def test_the_admin_api_refuses_bad_mirror_requests(hubs: tuple[RunningHub, RunningHub]) -> None:

@@ -343,6 +343,17 @@ class MirrorService:
         """The answer to a hub's GET on our callback: the challenge to echo, "" for a
         denial taken note of, None for a request we did not ask for (answered 404).
         State changes are single conditional UPDATEs: `mirror remove` may run meanwhile."""
+        if mode == "denied":  # anyone can send this GET: believe it only if the publisher agrees
+            try:
+                claimed = self._row(mirror_id)
+            except NotFoundError:
+                return None
+            if not self._same_topic(claimed, topic):
+                return None
+            if not self._denial_confirmed(claimed):
+                log.warning("mirror of <%s>: a denial notice the publisher does not confirm was ignored",
+                            claimed.graph)
+                return ""
         with self.db.session() as session:
             row = session.get(Mirror, mirror_id)
             if row is None or not self._same_topic(row, topic):
@@ -368,6 +379,20 @@ class MirrorService:
         if self.settings.mirror_on_revoke == "purge":
             self.forget(graph)
         return ""
+
+    def _denial_confirmed(self, row: Mirror) -> bool:
+        """Whether the publisher really refuses us the graph now (a token refused, or 401/403
+        on the graph). Unreachable or still readable: not confirmed."""
+        try:
+            token = self._token(row)
+        except LucidError as exc:
+            return "refused" in str(exc)
+        try:
+            answer = self.http.head(f"{row.publisher_url}/graphs", params={"graph": row.graph}, timeout=TIMEOUT,
+                                    headers={"Authorization": f"Bearer {token}"})
+        except requests.RequestException:
+            return False
+        return answer.status_code in (401, 403)
 
     @staticmethod
     def _same_topic(row: Mirror, topic: str) -> bool:

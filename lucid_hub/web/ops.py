@@ -55,5 +55,24 @@ def metrics() -> Response:
         if s["last_success_at"]:
             stamp = datetime.fromisoformat(s["last_success_at"]).timestamp()
             lines.append(f'lucid_subscription_last_success_timestamp_seconds{{subscription="{s["id"]}"}} {stamp:.3f}')
+    lines += _mirror_metrics()
     return Response("\n".join(lines) + "\n", mimetype="text/plain; version=0.0.4")
+
+
+def _mirror_metrics() -> list[str]:
+    """Mirrors in aggregate: their ids are part of their callback URLs, not for this page."""
+    from collections import Counter
+
+    from lucid_hub.mirror import list_mirrors
+
+    mirrors = list_mirrors(runtime().db)
+    lines = ["# HELP lucid_mirrors Mirrors of other hubs' graphs, by state.", "# TYPE lucid_mirrors gauge"]
+    states = Counter(m["state"] for m in mirrors)
+    lines += [f'lucid_mirrors{{state="{state}"}} {count}' for state, count in sorted(states.items())]
+    for key, meaning in (("applied", "Patches verified and applied to mirrors."),
+                         ("quarantined", "Delivered patches mirrors refused to apply."),
+                         ("hmac_failures", "Deliveries with a wrong HMAC, ignored.")):
+        lines += [f"# HELP lucid_mirror_{key}_total {meaning}", f"# TYPE lucid_mirror_{key}_total counter",
+                  f"lucid_mirror_{key}_total {sum(int(m[key]) for m in mirrors)}"]
+    return lines
 
