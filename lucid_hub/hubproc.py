@@ -27,7 +27,8 @@ ADMIN_SCOPES = ["graphs:read", "graphs:write", "hub:subscribe", "admin"]
 class HubProcess:
     """`lucid-hub serve` for one data directory, in dev mode (loopback callbacks allowed)."""
 
-    def __init__(self, name: str, data: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, data: Path, env: dict[str, str] | None = None,
+                 callback_prefixes: list[str] | None = None) -> None:
         from lucid_hub.auth.clients import create_client_for
 
         self.name = name
@@ -38,7 +39,8 @@ class HubProcess:
                     "LUCID_PORT": str(self.port), **(env or {})}
         self.env.pop("LUCID_ACCESS_TOKEN", None)
         record, self._secret = create_client_for(data, f"{name} administrator", dict(self.env),
-                                                 groups=["lucid-hub-admins"], scopes=ADMIN_SCOPES)
+                                                 groups=["lucid-hub-admins"], scopes=ADMIN_SCOPES,
+                                                 callback_prefixes=callback_prefixes or [])
         self.client_id = record.client_id
         self.proc: subprocess.Popen[bytes] | None = None
         self.http = requests.Session()

@@ -304,11 +304,9 @@ def test_a_mirror_reclones_when_the_publishers_archive_lost_its_head(tmp_path: P
             new_ids = [publish(again, version(i)) for i in (5, 6)]
             with partner.runtime.db.session() as session:  # the publisher's new address
                 session.execute(update(Mirror).values(hub_url=f"{again.url}/hub", publisher_url=again.url))
-            partner_client(again, partner)  # the same client id is not known there: register one
-            record, secret = again.runtime.clients.create("Globex hub", groups=["partner-globex"],
-                                                          scopes=["hub:subscribe", "graphs:read"])
+            client_id, secret = partner_client(again, partner)  # not known there: registered again
             with partner.runtime.db.session() as session:
-                session.execute(update(Mirror).values(client_id=record.client_id, client_secret=secret))
+                session.execute(update(Mirror).values(client_id=client_id, client_secret=secret))
             mirror_id = str(mirror(partner)["id"])
             assert partner.runtime.mirrors.catch_up(mirror_id) == 2
             assert mirror(partner)["head"] == new_ids[-1] != old_head and mirror(partner)["length"] == 2

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 import click
 import requests
 
+from lucid_hub.hubproc import HubProcess, wait_until
 from lucid_hub.loopback import free_port, kafka_broker, wait_for_port
 
 GRAPH = "http://example.org/graphs/bench-fanout"
@@ -93,24 +94,21 @@ class Receiver:
 
 
 @contextmanager
-def _hub(data: Path, extra: dict[str, str], workers: int) -> Iterator[str]:
+def _hub(data: Path, extra: dict[str, str], workers: int, callback_prefix: str) -> Iterator[HubProcess]:
     """`lucid-hub serve` and, with `workers`, that many `lucid-hub worker` processes that do
     all the delivering (serve then only publishes)."""
-    port = free_port()
-    env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}",
-           "LUCID_DEV_MODE": "1", "LUCID_DELIVER_IN_PROCESS": "0" if workers else "1", **extra}
-    procs = [subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "serve", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        wait_for_port(port, 60)  # serve has migrated the database: workers may start
-        procs += [subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "worker", "--name", f"bench-{n}"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(workers)]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=60)
+    env = {"LUCID_DELIVER_IN_PROCESS": "0" if workers else "1", **extra}
+    with HubProcess("bench", data, env, callback_prefixes=[callback_prefix]) as hub:  # migrated once up
+        procs = [subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "worker", "--name", f"bench-{n}"],
+                                  env=hub.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for n in range(workers)]
+        try:
+            yield hub
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                proc.wait(timeout=60)
 
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
@@ -148,41 +146,23 @@ def drive(put: Callable[[int], str], receiver: Receiver, subscribers: int, patch
 
 def measure(subscribers: int, patches: int, extra_env: dict[str, str], work: Path,
             workers: int = 0) -> dict[str, float]:
-    from lucid_hub.auth.client_side import client_credentials_token
-    from lucid_hub.auth.clients import create_client_for
-
     receiver = Receiver()
     data = work / f"hub-{subscribers}-{len(extra_env)}"
-    record, secret = create_client_for(data, "bench fanout", extra_env, groups=["lucid-hub-admins"],
-                                       callback_prefixes=[f"http://127.0.0.1:{receiver.port}/"],
-                                       scopes=["graphs:read", "graphs:write", "hub:subscribe", "admin"])
     try:
-        with _hub(data, extra_env, workers) as url:
-            http = requests.Session()
-            http.headers["Authorization"] = f"Bearer {client_credentials_token(url, record.client_id, secret)}"
+        with _hub(data, extra_env, workers, f"http://127.0.0.1:{receiver.port}/") as hub:
             nt = {"Content-Type": "application/n-triples"}
-            first = http.put(f"{url}/graphs", params={"graph": GRAPH}, headers=nt, timeout=60,
-                             data='<http://ex/kpi> <http://ex/value> "0" .\n')
-            if first.status_code >= 300:
-                raise click.ClickException(f"publish failed: {first.status_code} {first.text[:200]}")
-            for n in range(subscribers):
-                answer = http.post(f"{url}/hub", timeout=60, data={
-                    "hub.mode": "subscribe", "hub.topic": GRAPH, "hub.callback": receiver.url(n)})
-                if answer.status_code != 202:
-                    raise click.ClickException(f"subscribe failed: {answer.status_code} {answer.text[:200]}")
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                subs = http.get(f"{url}/admin/subscriptions", timeout=60).json()["subscriptions"]
-                if sum(s["state"] == "active" for s in subs) == subscribers:
-                    break
-                time.sleep(0.1)  # polling the hub's admin API for a state, with a deadline
-            else:
-                raise click.ClickException("subscriptions were not all verified in 120 s")
+
             def put(value: int) -> str:
-                response = http.put(f"{url}/graphs", params={"graph": GRAPH}, headers=nt, timeout=60,
+                response = hub.call("PUT", "/graphs", params={"graph": GRAPH}, headers=nt,
                                     data=f'<http://ex/kpi> <http://ex/value> "{value}" .\n')
                 return str(response.json()["patch"])
 
+            put(0)
+            for n in range(subscribers):
+                hub.call("POST", "/hub", expect=(202,), data={
+                    "hub.mode": "subscribe", "hub.topic": GRAPH, "hub.callback": receiver.url(n)})
+            wait_until(lambda: sum(s["state"] == "active" for s in hub.subscriptions()) == subscribers, 120,
+                       "the subscriptions to be verified")
             return drive(put, receiver, subscribers, patches)
     finally:
         receiver.close()

@@ -59,7 +59,12 @@ def now() -> datetime:
 
 
 def _aware(value: datetime | None) -> datetime | None:
-    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)  # SQLite: naive
+
+
+def _iso(value: datetime | None) -> str | None:
+    aware = _aware(value)
+    return aware.isoformat() if aware is not None else None
 
 
 def _http() -> requests.Session:
@@ -171,8 +176,8 @@ def remove_mirror(db: Database, mirror: str) -> None:
 def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from: str | None = None) -> dict[str, Any]:
     """What lists and the admin API show of a mirror (never its secrets)."""
     out = {"id": row.id, "graph": row.graph, "hub": row.hub_url, "client_id": row.client_id, "state": row.state,
-           "head": head, "length": length, "lease_expires_at": (_aware(row.lease_expires_at) or now()).isoformat()
-           if row.lease_expires_at else None, "applied": row.applied_total, "quarantined": row.quarantined_total,
+           "head": head, "length": length, "lease_expires_at": _iso(row.lease_expires_at),
+           "applied": row.applied_total, "quarantined": row.quarantined_total,
            "hmac_failures": row.hmac_failures_total, "last_error": row.last_error,
            "keys": [k.get("kid") for k in json.loads(row.jwks).get("keys", [])]}
     if pinned_from:
@@ -220,6 +225,7 @@ class MirrorService:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._mirrored: set[str] = set()
+        self._keys: dict[str, TrustedKeys] = {}
         self._refresh_mirrored()
         publisher.listeners.append(self._announce)
         publisher.read_only = self.is_mirrored
@@ -290,6 +296,13 @@ class MirrorService:
                 raise NotFoundError(f"no mirror {mirror_id}")
             session.expunge(row)
             return row
+
+    def _trusted(self, jwks: str) -> TrustedKeys:
+        """The pinned keys, imported once per JWKS text (not on every delivery)."""
+        keys = self._keys.get(jwks)
+        if keys is None:
+            keys = self._keys[jwks] = TrustedKeys(json.loads(jwks))
+        return keys
 
     def _token(self, row: Mirror) -> str:
         return client_credentials_token(row.publisher_url, row.client_id, row.client_secret, SCOPE)
@@ -416,7 +429,7 @@ class MirrorService:
             log.warning("mirror of <%s>: a delivery with a wrong or missing HMAC was ignored", graph)
             return 202
         try:
-            patch = verify_patch_bytes(body, TrustedKeys(json.loads(jwks)), self.canonicalizer)
+            patch = verify_patch_bytes(body, self._trusted(jwks), self.canonicalizer)
         except (PatchVerificationError, InputError) as exc:
             self._quarantine(mirror_id, None, body, f"not verified: {exc}")
             return 202
@@ -450,7 +463,7 @@ class MirrorService:
         row = self._row(mirror_id)
         if row.state not in ("new", "subscribing", "active", "error"):
             return 0
-        trusted = TrustedKeys(json.loads(row.jwks))
+        trusted = self._trusted(row.jwks)
         head = self._head(row.graph)
         cloning = head is None
         headers = {"Authorization": f"Bearer {self._token(row)}", "Accept": "application/json"}
