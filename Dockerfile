@@ -1,10 +1,13 @@
 # The lucid-hub image: `lucid-hub serve` (gunicorn), `lucid-hub worker`, `lucid-hub db upgrade`.
 # It cannot be built on the development machine (no registry access); build it in CI with
 #   docker build -t ghcr.io/lucid-hub/lucid-hub:0.1.0 .
+#   docker build --target spark -t ghcr.io/lucid-hub/lucid-hub-spark:0.1.0 .
 # The Helm chart runs it as user 10001 with a read-only root filesystem: data lives in /data
-# (a volume) and /tmp (an emptyDir). Spark bulk diffs run from a separate image with a JVM
-# (docs/spark.md); this one has none.
-FROM python:3.11-slim
+# (a volume) and /tmp (an emptyDir). The `spark` target adds a Java runtime for the chart's
+# Spark publish job (Spark in local mode in its pod, or its driver with executors on
+# Kubernetes); a SparkApplication needs a Spark distribution image instead
+# (docs/operations.md, "Bulk snapshots with Spark").
+FROM python:3.11-slim AS app
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -25,6 +28,18 @@ RUN pip install -e . \
     && mkdir -p /data && chown lucid:lucid /data
 
 USER 10001:10001
-EXPOSE 8080
+EXPOSE 8080 9102
 ENTRYPOINT ["lucid-hub"]
 CMD ["serve"]
+
+FROM app AS spark
+USER root
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+    HOME=/tmp
+USER 10001:10001
+
+# The default target: the hub image.
+FROM app

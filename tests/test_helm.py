@@ -11,12 +11,15 @@ import pytest
 import yaml
 
 CHART = Path(__file__).resolve().parents[1] / "helm" / "lucid-hub"
+SCHEMAS = CHART.parent / "schemas"
 KUBE_VERSION = "1.30.0"
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed: pip install -e '.[test]'")
 kubernetes_validate = pytest.importorskip("kubernetes_validate",
                                           reason="kubernetes-validate is not installed: pip install -e '.[test]'")
 
+SPARK = {"graph": "https://acme.example/graphs/kpi", "snapshot": "/snapshots/kpi.nt.gz",
+         "snapshotsClaim": "kpi-snapshots", "client": {"existingSecret": "bulk-publisher"}}
 PROFILES: dict[str, dict[str, Any]] = {
     "minimal": {"database": {"url": "postgresql+psycopg://lucid@db/lucid"}},
     "production": {
@@ -31,10 +34,20 @@ PROFILES: dict[str, dict[str, Any]] = {
         "podDisruptionBudget": {"enabled": True},
         "networkPolicy": {"enabled": True},
         "extraEnv": {"LUCID_LEASE_MAX": "864000"},
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
     },
     "mirror-only": {"profile": "mirror-only", "database": {"url": "postgresql+psycopg://globex@db/lucid"},
                     "publicUrl": "https://hub.globex.example"},
+    "spark-job": {"database": {"url": "postgresql+psycopg://lucid@db/lucid"}, "spark": {
+        **SPARK, "job": {"enabled": True, "master": "k8s://https://kubernetes.default.svc"}}},
+    "spark-operator": {"database": {"url": "postgresql+psycopg://lucid@db/lucid"}, "spark": {
+        **SPARK, "conf": "spark.sql.shuffle.partitions=64, spark.executor.memoryOverhead=1g",
+        "job": {"enabled": True, "schedule": "0 3 * * *"},
+        "operator": {"enabled": True, "image": "registry.acme.example/lucid-hub-spark:0.1.0"}}},
 }
+# Custom resources: kubernetes-validate has no schemas for them; ours are in helm/schemas.
+CUSTOM_SCHEMAS = {"SparkApplication": "sparkapplication-sparkoperator-v1beta2.json",
+                  "ServiceMonitor": "servicemonitor-monitoring-v1.json"}
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -55,17 +68,37 @@ def test_the_chart_lints_strictly_with_every_profile() -> None:
         assert problems == [], f"{name}: {problems}"
 
 
+def validate(obj: dict[str, Any]) -> None:
+    """Strict validation: kubernetes-validate for built-in kinds (SchemaNotFoundError fails),
+    the repository's schemas for custom resources, nested types from the same definitions."""
+    if obj["kind"] not in CUSTOM_SCHEMAS:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        return
+    import json
+    from importlib.resources import files
+
+    import jsonschema
+    from referencing import Registry, Resource
+
+    definitions = json.loads(files("kubernetes_validate").joinpath(
+        f"kubernetes-json-schema/v{KUBE_VERSION}-local-strict/_definitions.json").read_text())
+    schema = json.loads((SCHEMAS / CUSTOM_SCHEMAS[obj["kind"]]).read_text())
+    registry = Resource.from_contents(definitions) @ Registry()
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(obj)
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_every_rendered_object_is_valid_kubernetes(profile: str) -> None:
     objects = render(PROFILES[profile])
     assert objects
-    for obj in objects:  # strict: unknown fields fail; SchemaNotFoundError fails the test too
-        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    for obj in objects:
+        validate(obj)
     kinds = sorted({o["kind"] for o in objects})
     expected = {"ConfigMap", "Deployment", "Job", "PersistentVolumeClaim", "Pod", "Service", "ServiceAccount"}
     assert expected <= set(kinds), kinds
     if profile == "production":
-        assert {"Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy"} <= set(kinds)
+        assert {"Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy",
+                "ServiceMonitor"} <= set(kinds)
         assert "Secret" not in kinds  # the database URL comes from the operator's Secret
     else:
         assert "Secret" in kinds
@@ -126,3 +159,115 @@ def test_bad_values_are_refused_with_a_reason() -> None:
         render({**PROFILES["minimal"], "profile": "everything"})
     with pytest.raises(helm.HelmError, match="publicUrl"):
         render({**PROFILES["minimal"], "publicUrl": "hub.example.com"})
+
+
+def test_the_custom_resource_schemas_are_strict() -> None:
+    import copy
+
+    import jsonschema
+
+    (app,) = _by(render(PROFILES["spark-operator"]), "SparkApplication")
+    (monitor,) = _by(render(PROFILES["production"]), "ServiceMonitor")
+    for obj, path, bad in ((app, ("spec", "driver"), {"cpus": 1}), (app, ("spec",), {"type": "Go"}),
+                           (app, ("spec", "driver", "env", 0), {"valueFrm": "x"}),  # a nested Kubernetes type
+                           (monitor, ("spec", "endpoints", 0), {"interval": "30 seconds"})):
+        broken = copy.deepcopy(obj)
+        target = broken
+        for key in path:
+            target = target[key]
+        target.update(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            validate(broken)
+    for required in ("driver", "sparkVersion"):
+        broken = copy.deepcopy(app)
+        del broken["spec"][required]
+        with pytest.raises(jsonschema.ValidationError, match=required):
+            validate(broken)
+
+
+def test_spark_publish_job_template_and_spark_application() -> None:
+    objects = render(PROFILES["spark-operator"])
+    (cron,) = _by(objects, "CronJob", "spark-publish")
+    assert cron["spec"]["schedule"] == "0 3 * * *" and cron["spec"]["suspend"] is False
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["publish", "/snapshots/kpi.nt.gz", "--graph", "https://acme.example/graphs/kpi",
+                                 "--hub", "http://acme-lucid-hub:80", "--engine", "spark", "--message", "bulk snapshot"]
+    assert container["image"] == "ghcr.io/lucid-hub/lucid-hub-spark:0.1.0"  # the Dockerfile's spark target
+    env = {e["name"]: e for e in container["env"]}
+    assert env["LUCID_CLIENT_SECRET"]["valueFrom"]["secretKeyRef"] == {"name": "bulk-publisher", "key": "client-secret"}
+    assert env["LUCID_SPARK_MASTER"]["value"] == "local[*]"
+    assert env["LUCID_SPARK_CONF"]["value"].startswith("spark.local.dir=/tmp,spark.sql.shuffle.partitions=64")
+    assert pod["automountServiceAccountToken"] is False  # local Spark needs no Kubernetes API
+    assert {"mountPath": "/snapshots", "name": "snapshots", "readOnly": True} in container["volumeMounts"]
+    (app,) = _by(objects, "SparkApplication")
+    spec = app["spec"]
+    assert (spec["type"], spec["mode"], spec["image"]) == ("Python", "cluster", "registry.acme.example/lucid-hub-spark:0.1.0")
+    assert spec["mainApplicationFile"].endswith("lucid_hub/diff/spark_publish.py")
+    assert spec["arguments"][:3] == ["/snapshots/kpi.nt.gz", "--graph", "https://acme.example/graphs/kpi"]
+    assert spec["sparkConf"]["spark.executor.memoryOverhead"] == "1g"
+    assert spec["driver"]["serviceAccount"] == "acme-lucid-hub-spark"
+    assert spec["driver"]["securityContext"]["readOnlyRootFilesystem"] is True
+    (role,) = _by(objects, "Role")
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {
+        "pods", "services", "configmaps", "persistentvolumeclaims"}
+    (binding,) = _by(objects, "RoleBinding")
+    assert binding["subjects"][0]["name"] == "acme-lucid-hub-spark"
+    # On demand only (no schedule): suspended; executors on Kubernetes: the driver's account can create pods.
+    job_only = render(PROFILES["spark-job"])
+    (cron,) = _by(job_only, "CronJob", "spark-publish")
+    assert cron["spec"]["suspend"] is True
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "acme-lucid-hub-spark" and pod["automountServiceAccountToken"] is True
+    assert _by(job_only, "SparkApplication") == [] and len(_by(job_only, "Role")) == 1
+    assert _by(render(PROFILES["minimal"]), "CronJob") == []
+
+
+def test_metrics_port_and_service_monitor() -> None:
+    objects = render(PROFILES["production"])
+    (monitor,) = _by(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http",
+                                             "interval": "30s", "honorLabels": False}]
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    for name in ("acme-lucid-hub", "acme-lucid-hub-worker"):  # both carry a metrics port the monitor selects
+        labels = services[name]["metadata"]["labels"]
+        assert all(labels[k] == v for k, v in selected.items())
+        assert "metrics" in [p["name"] for p in services[name]["spec"]["ports"]]
+    ingress = _by(objects, "Ingress")[0]
+    backends = [p["backend"]["service"]["port"] for r in ingress["spec"]["rules"] for p in r["http"]["paths"]]
+    assert all(b != {"name": "metrics"} and b.get("number") != 9102 for b in backends)  # metrics stay inside
+    config = _by(objects, "ConfigMap")[0]["data"]
+    assert config["LUCID_METRICS_PORT"] == "9102" and config["LUCID_LOG_FORMAT"] == "json"
+    assert (config["LUCID_WEB_WORKERS"], config["LUCID_WEB_THREADS"]) == ("1", "8")
+    workers = render({**PROFILES["minimal"], "hub": {"gunicornWorkers": 3}})
+    assert _by(workers, "ConfigMap")[0]["data"]["LUCID_WEB_WORKERS"] == "3"
+    with pytest.raises(helm.HelmError, match="gunicornWorkers"):
+        render({**PROFILES["minimal"], "hub": {"gunicornWorkers": 0}})
+    (worker,) = _by(objects, "Deployment", "worker")
+    assert _containers(worker)[0]["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    policy = _by(objects, "NetworkPolicy")[0]
+    assert {"port": 9102, "protocol": "TCP"} in policy["spec"]["ingress"][1]["ports"]
+
+
+def test_spark_values_are_checked_with_a_reason() -> None:
+    base = PROFILES["minimal"]
+    with pytest.raises(helm.HelmError, match=r"spark\.operator\.image is required"):
+        render({**base, "spark": {**SPARK, "operator": {"enabled": True}}})
+    with pytest.raises(helm.HelmError, match=r"spark\.snapshotsClaim is required"):
+        render({**base, "spark": {**SPARK, "snapshotsClaim": "", "job": {"enabled": True}}})
+    with pytest.raises(helm.HelmError, match=r"spark\.client is required"):
+        render({**base, "spark": {**SPARK, "client": {"id": "lc-1"}, "job": {"enabled": True}}})
+    # Or the chart makes the client's Secret from values, and the job reads it.
+    objects = render({**base, "spark": {**SPARK, "client": {"id": "lc-1", "secret": "s3cret"}, "job": {"enabled": True}}})
+    (secret,) = [o for o in _by(objects, "Secret") if o["metadata"]["name"] == "acme-lucid-hub-spark-client"]
+    assert secret["stringData"] == {"client-id": "lc-1", "client-secret": "s3cret"}
+    (cron,) = _by(objects, "CronJob", "spark-publish")
+    env = {e["name"]: e for e in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LUCID_CLIENT_ID"]["valueFrom"]["secretKeyRef"]["name"] == "acme-lucid-hub-spark-client"
+    with pytest.raises(helm.HelmError, match="master"):
+        render({**base, "spark": {**SPARK, "job": {"enabled": True, "master": "mesos://x"}}})
+    with pytest.raises(helm.HelmError, match="port"):
+        render({**base, "metrics": {"port": 8080}})  # the API's port

@@ -55,3 +55,36 @@ capabilities:
       name: {{ include "lucid-hub.databaseSecret" . }}
       key: database-url
 {{- end -}}
+
+{{/* Spark: the image with a JVM (the Dockerfile's spark target), its service account, settings. */}}
+{{- define "lucid-hub.sparkImage" -}}
+{{ default (printf "%s-spark" .Values.image.repository) .Values.spark.image.repository }}:{{ .Values.spark.image.tag | default .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "lucid-hub.sparkServiceAccountName" -}}
+{{- if or .Values.spark.operator.enabled (hasPrefix "k8s://" .Values.spark.job.master) -}}
+{{ include "lucid-hub.fullname" . }}-spark
+{{- else -}}
+{{ include "lucid-hub.serviceAccountName" . }}
+{{- end -}}
+{{- end -}}
+
+{{- define "lucid-hub.sparkConf" -}}
+spark.local.dir=/tmp{{ with .Values.spark.conf }},{{ . }}{{ end }}
+{{- end -}}
+
+{{/* The hub client the Spark publish uses (a client with graphs:write on the graph). */}}
+{{- define "lucid-hub.sparkClientSecret" -}}
+{{- if .Values.spark.client.existingSecret -}}{{ .Values.spark.client.existingSecret }}
+{{- else if and .Values.spark.client.id .Values.spark.client.secret -}}{{ include "lucid-hub.fullname" . }}-spark-client
+{{- else -}}{{ fail "spark.client is required: existingSecret (keys client-id, client-secret), or id and secret" }}
+{{- end -}}
+{{- end -}}
+
+{{- define "lucid-hub.sparkClientEnv" -}}
+{{- $secret := include "lucid-hub.sparkClientSecret" . -}}
+- name: LUCID_CLIENT_ID
+  valueFrom: {secretKeyRef: {name: {{ $secret }}, key: client-id}}
+- name: LUCID_CLIENT_SECRET
+  valueFrom: {secretKeyRef: {name: {{ $secret }}, key: client-secret}}
+{{- end -}}
