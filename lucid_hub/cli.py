@@ -266,14 +266,19 @@ def demo(state: _Context, workdir: Path | None, offline: bool) -> None:
 @click.option("--port", type=int, help="Listening port (default: LUCID_PORT, 8080).")
 @click.option("--server", "server_kind", type=click.Choice(["auto", "gunicorn", "werkzeug"]), default="auto",
               show_default=True, help="HTTP server: gunicorn where installed, else werkzeug.")
-@click.option("--threads", default=8, show_default=True, help="Request threads.")
+@click.option("--workers", type=click.IntRange(1, 64),
+              help="gunicorn worker processes, each with its own copy of the store (default: LUCID_WEB_WORKERS, 1).")
+@click.option("--threads", type=click.IntRange(1, 256), help="Request threads of each (default: LUCID_WEB_THREADS, 8).")
 @pass_ctx
-def serve(state: _Context, host: str | None, port: int | None, server_kind: str, threads: int) -> None:
-    """Run the hub: graph store, archive, patch log relay, all in one process."""
+def serve(state: _Context, host: str | None, port: int | None, server_kind: str, workers: int | None,
+          threads: int | None) -> None:
+    """Run the hub: HTTP API, graph store, archive, patch log relay, mirrors."""
     from lucid_hub.server import serve as run_server
 
-    settings = replace(state.settings, host=host or state.settings.host, port=port or state.settings.port)
-    run_server(settings, click.echo, server_kind, threads)
+    settings = replace(state.settings, host=host or state.settings.host, port=port or state.settings.port,
+                       web_workers=workers or state.settings.web_workers,
+                       web_threads=threads or state.settings.web_threads)
+    run_server(settings, click.echo, server_kind)
 
 
 @cli.command()
@@ -302,11 +307,10 @@ def publish(state: _Context, file: Path, graph: str, message: str, author: str, 
 def worker(state: _Context, name: str | None) -> None:
     """Deliver WebSub notifications (beside `serve`; set LUCID_DELIVER_IN_PROCESS=false there to
     leave all delivery to workers). Several workers share the subscriptions."""
-    import logging
-
     from lucid_hub.delivery.worker import run_worker
+    from lucid_hub.logs import configure_logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(state.settings.log_format, state.settings.log_level.upper())
     run_worker(state.settings, name)
 
 
@@ -362,6 +366,23 @@ def mirror_remove(state: _Context, mirror_ref: str) -> None:
     with _database(state) as database:
         remove_mirror(database, mirror_ref)
     click.echo(f"mirror {mirror_ref} removed")
+
+
+@mirror.command("trust")
+@click.argument("mirror_ref", metavar="ID_OR_GRAPH")
+@click.option("--jwks", "source", required=True, help="URL or file of the publisher's public keys (JWKS) to pin.")
+@click.option("--replace", is_flag=True, help="Accept a JWKS without the keys pinned so far (the publisher lost "
+                                              "its old key); otherwise it must keep them.")
+@pass_ctx
+def mirror_trust(state: _Context, mirror_ref: str, source: str, replace: bool) -> None:
+    """Pin the publisher's keys again after it rotated its key; prints the mirror as JSON.
+    Patches quarantined for the unknown key are then fetched again and applied."""
+    import json
+
+    from lucid_hub.mirror import trust_mirror
+
+    with _database(state) as database:
+        click.echo(json.dumps(trust_mirror(database, mirror_ref, source, replace=replace), indent=2))
 
 
 @cli.group()
@@ -488,6 +509,29 @@ def db_upgrade(state: _Context) -> None:
     click.echo("database schema is up to date")
 
 
+@db.command("downgrade")
+@click.argument("revision")
+@click.option("--yes", is_flag=True, help="Confirm: tables a migration created are dropped, with their data.")
+@pass_ctx
+def db_downgrade(state: _Context, revision: str, yes: bool) -> None:
+    """Revert the schema to REVISION (an Alembic revision, `-1` for one step, `base` for none),
+    before rolling back to an older lucid-hub. Back the database up first."""
+    from alembic.util import CommandError
+
+    from lucid_hub.db.session import Database
+
+    if not yes:
+        raise click.UsageError("a downgrade drops what newer migrations created: back up, then pass --yes")
+    database = Database(state.settings.db_url)
+    try:
+        database.downgrade(revision)
+    except CommandError as exc:
+        raise InputError(f"cannot downgrade to {revision!r}: {exc}") from None
+    finally:
+        database.dispose()
+    click.echo(f"database schema downgraded to {revision}")
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks (figures and ratios against a baseline run in the same process)."""
@@ -519,11 +563,17 @@ def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_b
 @click.option("--bulk-triples", default=1_000_000, show_default=True, help="0 skips the bulk run.")
 @click.option("--change", default=0.01, show_default=True, help="Fraction changed in the re-publish.")
 @click.option("--kafka/--no-kafka", default=True, show_default=True, help="Also run with the Kafka log.")
-def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, kafka: bool) -> None:
+@click.option("--graphs", default=1, show_default=True, type=click.IntRange(1, 1000),
+              help="Graphs the throughput clients publish to (client n to graph n mod GRAPHS).")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Hub processes (serve --workers).")
+def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, kafka: bool, graphs: int,
+                  workers: int) -> None:
     """Publishing latency, throughput and bulk re-publish, against direct pyoxigraph writes."""
     from lucid_hub.bench.publish import run
 
-    run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka)
+    run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka, graphs=graphs,
+        workers=workers)
 
 
 @bench.command("auth")
@@ -622,6 +672,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except click.Abort:
         click.echo("lucid-hub: aborted", err=True)
+        return EXIT_ERROR
+    except click.ClickException as exc:  # e.g. a benchmark that could not run
+        click.echo(f"lucid-hub: error: {_one_line(exc.format_message())}", err=True)
         return EXIT_ERROR
     except LucidError as exc:
         click.echo(f"lucid-hub: error: {_one_line(str(exc))}", err=True)

@@ -89,6 +89,17 @@ class Settings:
     deliver_in_process: bool = True
     # Mirrors whose publisher withdrew access: keep the replica as it was, or purge it.
     mirror_on_revoke: str = "keep"
+    # Logs of serve and worker: "text" for people, "json" (one object per line) for collectors.
+    log_format: str = "text"
+    log_level: str = "INFO"
+    # `serve`: gunicorn worker processes (each a hub on its own copy of the store, one of them
+    # the leader; docs/operations.md), request threads of each, and seconds in-flight work may
+    # take after SIGTERM.
+    web_workers: int = 1
+    web_threads: int = 8
+    graceful_timeout: int = 30
+    # `worker`: port of its own /metrics and /healthz listener (0: none).
+    metrics_port: int = 0
 
     def spark_settings(self) -> dict[str, str]:
         """LUCID_SPARK_CONF as a dict of `spark.*` settings."""
@@ -108,6 +119,10 @@ class Settings:
     @property
     def store_dir(self) -> Path:
         return self.data_dir / "store"
+
+    def store_slots(self) -> list[Path]:
+        """The store copies `serve`'s worker processes take: `store` (the leader's), `store-1`, …"""
+        return [self.store_dir, *(self.data_dir / f"store-{n}" for n in range(1, self.web_workers))]
 
     @property
     def keys_dir(self) -> Path:
@@ -150,6 +165,18 @@ class Settings:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
         if self.mirror_on_revoke not in ("keep", "purge"):
             raise ConfigError("LUCID_MIRROR_ON_REVOKE must be keep or purge")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError("LUCID_LOG_FORMAT must be text or json")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError("LUCID_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        if not 1 <= self.web_workers <= 64:
+            raise ConfigError("LUCID_WEB_WORKERS must be between 1 and 64")
+        if not 1 <= self.web_threads <= 256:
+            raise ConfigError("LUCID_WEB_THREADS must be between 1 and 256")
+        if self.graceful_timeout <= 0:
+            raise ConfigError("LUCID_GRACEFUL_TIMEOUT must be a positive number of seconds")
+        if not 0 <= self.metrics_port < 65536:
+            raise ConfigError("LUCID_METRICS_PORT must be a TCP port (0: none)")
 
 
 def _convert(name: str, raw: str, type_name: object) -> Any:

@@ -33,6 +33,7 @@ class HubProcess:
 
         self.name = name
         self.data = data
+        data.mkdir(parents=True, exist_ok=True)  # its log lives there, whatever the database
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": self.url, "LUCID_DEV_MODE": "1",

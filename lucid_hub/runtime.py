@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lucid_hub.auth import ClientRegistry, TokenService
@@ -12,6 +16,7 @@ from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConfigError, StoreError
 from lucid_hub.log import PatchLog
+from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
 from lucid_hub.policy.service import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
@@ -33,8 +38,19 @@ class Runtime:
     clients: ClientRegistry
     tokens: TokenService
     policies: PolicyService
+    metrics: Metrics
+    # The process with the first store copy: it alone runs the mirrors' maintenance, the
+    # relay to Kafka and the metrics port (one `serve` process: always the leader).
+    leader: bool = True
     mirrors: Any = None  # lucid_hub.mirror.MirrorService (its thread runs in `serve` only)
     websub: Any = None  # lucid_hub.delivery.hub.WebSubHub, once start_delivery() ran
+    metrics_listener: Any = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
+
+    def start_metrics_listener(self) -> None:
+        """/metrics on LUCID_METRICS_PORT, apart from the API port (see web.ops.metrics)."""
+        if self.settings.metrics_port and self.metrics_listener is None:
+            self.metrics_listener = serve_metrics(self.settings.host, self.settings.metrics_port, self.metrics,
+                                                  lambda: True)
 
     def start_delivery(self, run: bool = True) -> Any:
         """The WebSub hub of this process; `run` starts delivering in the background."""
@@ -42,37 +58,52 @@ class Runtime:
             from lucid_hub.delivery.hub import WebSubHub
 
             self.websub = WebSubHub(self.settings, self.db, self.canonicalizer, self.policies,
-                                    publisher=self.publisher)
+                                    publisher=self.publisher, metrics=self.metrics)
+            self.metrics.watch(lambda: subscription_metrics(self.websub.subscriptions()))
         if run:
             self.websub.start()
         return self.websub
 
     @classmethod
     def open(cls, settings: Settings, *, repair: bool = True) -> Runtime:
-        """Open everything; upgrade the schema; generate keys at first start; repair."""
+        """Open everything; upgrade the schema; generate keys at first start; repair.
+
+        Processes of one data directory start one after the other (a file lock): schema
+        upgrades, first-start keys and the policy files' load must not race. Each takes the
+        first store copy no other process holds; the one with `store` is the leader."""
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        with _startup_lock(settings.data_dir):
+            return cls._open(settings, repair)
+
+    @classmethod
+    def _open(cls, settings: Settings, repair: bool) -> Runtime:
         db = Database(settings.db_url)
         db.upgrade()
         try:
-            store = GraphStore(settings.store_dir)
-        except StoreError as exc:
+            store, slot = _open_store(settings)
+        except StoreError:
             db.dispose()
-            raise StoreError(f"{exc} (is another lucid-hub process using {settings.data_dir}?)") from None
+            raise
         patch_log = open_log(settings, db)
         keys = KeyRing(settings.keys_dir)
         key = keys.ensure()
         canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)
         trusted_keys = TrustedKeys(keys.jwks())
+        metrics = Metrics()
         publisher = Publisher(db, store, patch_log, key, canonicalizer, trusted_keys,
-                              cache_statements=settings.msg_cache_statements)
+                              cache_statements=settings.msg_cache_statements, metrics=metrics,
+                              lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None)
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, publisher, canonicalizer, trusted_keys)
         runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db), tokens,
-                      policies)
-        from lucid_hub.mirror import MirrorService
+                      policies, metrics, leader=slot == 0)
+        publisher.relay_enabled = runtime.leader  # one relay keeps each graph's order in the log
+        from lucid_hub.mirror import MirrorService, list_mirrors
 
         runtime.mirrors = MirrorService(settings, db, publisher, canonicalizer)  # mirrored graphs are read-only
+        metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
+        metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         try:
             if repair:
                 publisher.repair()
@@ -83,6 +114,9 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
+        if self.metrics_listener is not None:
+            self.metrics_listener.shutdown()
+            self.metrics_listener.server_close()
         if self.mirrors is not None:
             self.mirrors.stop()
         if self.websub is not None:
@@ -92,6 +126,27 @@ class Runtime:
         self.canonicalizer.close()
         self.store.close()
         self.db.dispose()
+
+
+def _open_store(settings: Settings) -> tuple[GraphStore, int]:
+    """The first store copy no other process holds (RocksDB locks it), and its slot."""
+    problem: StoreError | None = None
+    for slot, path in enumerate(settings.store_slots()):
+        try:
+            return GraphStore(path), slot
+        except StoreError as exc:
+            problem = exc
+    raise StoreError(f"{problem} (is another lucid-hub process using {settings.data_dir}?)")
+
+
+@contextlib.contextmanager
+def _startup_lock(data_dir: Path) -> Iterator[None]:
+    with (data_dir / ".startup.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def open_log(settings: Settings, db: Database) -> PatchLog:

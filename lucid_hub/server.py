@@ -1,27 +1,36 @@
-"""`lucid-hub serve`: the embedded hub in one process (HTTP API, relay).
+"""`lucid-hub serve`: the hub's HTTP API, relay and mirrors.
 
-gunicorn (gthread) serves when it is installed: one worker process, since only one process
-may open the on-disk store, with threads for concurrent requests; SIGTERM stops it
-gracefully. Werkzeug's threaded server is the fallback (and `--server werkzeug`).
+gunicorn (gthread) serves when it is installed: LUCID_WEB_WORKERS processes (each a hub on
+its own copy of the store, caught up from the archive; the first, the leader, also keeps the
+mirrors, relays to Kafka and serves the metrics port) with LUCID_WEB_THREADS threads each.
+SIGTERM stops it gracefully: the listening socket closes, requests in flight finish (up to
+LUCID_GRACEFUL_TIMEOUT), then each runtime closes: deliveries in flight finish and are
+recorded, the relay empties the outbox.
+Werkzeug's threaded server is the fallback (and `--server werkzeug`).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from lucid_hub.config import Settings
+from lucid_hub.errors import ConfigError
+from lucid_hub.logs import configure_logging, dict_config
+from lucid_hub.metrics import mark_process_dead, use_multiprocess_metrics
 from lucid_hub.runtime import Runtime
 from lucid_hub.web import create_app
 
 log = logging.getLogger(__name__)
 
 
-def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto", threads: int = 8) -> None:
+def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto") -> None:
     """Run the hub until SIGTERM or SIGINT."""
+    configure_logging(settings.log_format, settings.log_level.upper())
     if server == "auto":
         try:
             import gunicorn  # noqa: F401
@@ -29,10 +38,17 @@ def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto",
             server = "gunicorn"
         except ImportError:
             server = "werkzeug"
+    if settings.web_workers > 1 and server != "gunicorn":
+        raise ConfigError("LUCID_WEB_WORKERS above 1 needs gunicorn (werkzeug's server is one process)")
     echo(f"lucid-hub serving on http://{settings.host}:{settings.port} with {server} "
          f"(public URL {settings.public_url}, data in {settings.data_dir})")
     if server == "gunicorn":
-        _serve_gunicorn(settings, threads)
+        metrics_dir = use_multiprocess_metrics() if settings.web_workers > 1 else None
+        try:
+            _serve_gunicorn(settings)
+        finally:
+            if metrics_dir is not None:
+                shutil.rmtree(metrics_dir, ignore_errors=True)
     else:
         _serve_werkzeug(settings)
     echo("lucid-hub stopped")
@@ -56,7 +72,7 @@ def _serve_werkzeug(settings: Settings) -> None:
         runtime.close()
 
 
-def _serve_gunicorn(settings: Settings, threads: int) -> None:
+def _serve_gunicorn(settings: Settings) -> None:
     from gunicorn.app.base import BaseApplication
 
     class HubApplication(BaseApplication):  # type: ignore[misc]
@@ -66,19 +82,22 @@ def _serve_gunicorn(settings: Settings, threads: int) -> None:
 
         def load_config(self) -> None:
             self.cfg.set("bind", f"{settings.host}:{settings.port}")
-            self.cfg.set("workers", 1)
+            self.cfg.set("workers", settings.web_workers)
             self.cfg.set("worker_class", "gthread")
-            self.cfg.set("threads", threads)
+            self.cfg.set("threads", settings.web_threads)
             self.cfg.set("timeout", 3600)  # bulk publishes run long; liveness is /healthz
-            self.cfg.set("graceful_timeout", 30)
-            self.cfg.set("accesslog", None)
+            self.cfg.set("graceful_timeout", settings.graceful_timeout)
+            self.cfg.set("accesslog", None)  # lucid_hub.access logs requests (routes, not paths)
+            self.cfg.set("logconfig_dict", dict_config(settings.log_format, settings.log_level.upper()))
             self.cfg.set("worker_exit", self._worker_exit)
+            self.cfg.set("child_exit", _child_exit)
             self.cfg.set("post_worker_init", self._post_worker_init)
 
         def load(self) -> Any:
-            # In the worker: open the runtime there, after the fork.
+            # In the worker: open the runtime there, after the fork. With several workers the
+            # leader's relay looks at the outbox often: the others' publishes wait for it.
             self.runtime = Runtime.open(settings)
-            self.runtime.publisher.start_relay()
+            self.runtime.publisher.start_relay(interval=2.0 if settings.web_workers == 1 else 0.1)
             return create_app(settings, self.runtime)
 
         def _post_worker_init(self, _worker: Any) -> None:
@@ -99,3 +118,8 @@ def _serve_gunicorn(settings: Settings, threads: int) -> None:
                 self.runtime.close()
 
     HubApplication().run()
+
+
+def _child_exit(_arbiter: Any, worker: Any) -> None:
+    """A worker process ended: its live values leave the multiprocess metrics."""
+    mark_process_dead(worker.pid)

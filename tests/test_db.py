@@ -21,3 +21,48 @@ def test_upgrade_from_empty_then_downgrade_and_upgrade_again(db_url: str) -> Non
         assert db.is_current()
     finally:
         db.dispose()
+
+
+def test_every_migration_steps_down_and_up_and_the_schema_matches_the_models(db_url: str) -> None:
+    """One revision at a time, down to empty and back up; then Alembic's own comparison of
+    the migrated database with the SQLAlchemy models finds nothing to add or change."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from lucid_hub.db.models import Base
+
+    db = Database(db_url)
+    try:
+        db.upgrade()
+        revisions = [r.revision for r in ScriptDirectory.from_config(db._alembic_config()).walk_revisions()]
+        assert len(revisions) >= 4
+        for _ in revisions:
+            db.downgrade("-1")
+        assert set(inspect(db.engine).get_table_names()) <= {"alembic_version"}
+        for _ in revisions:
+            db.upgrade("+1")
+        assert db.is_current()
+        with db.engine.connect() as conn:
+            drift = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        assert drift == [], drift
+    finally:
+        db.dispose()
+
+
+def test_db_downgrade_needs_confirmation_and_a_known_revision(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    assert run_cli("db", "upgrade", env=env).code == 0
+    unconfirmed = run_cli("db", "downgrade", "base", env=env)
+    assert unconfirmed.code == 2 and "--yes" in unconfirmed.err and len(unconfirmed.err.strip().splitlines()) == 1
+    unknown = run_cli("db", "downgrade", "no-such-revision", "--yes", env=env)
+    assert unknown.code == 1 and unknown.err.startswith("lucid-hub: error: cannot downgrade to 'no-such-revision'")
+    assert len(unknown.err.strip().splitlines()) == 1
+    db = Database(env["LUCID_DATABASE_URL"])
+    try:
+        assert db.is_current()  # nothing happened on refusal
+        assert run_cli("db", "downgrade", "base", "--yes", env=env).code == 0
+        assert set(inspect(db.engine).get_table_names()) <= {"alembic_version"}
+        assert run_cli("db", "upgrade", env=env).code == 0 and db.is_current()
+    finally:
+        db.dispose()

@@ -281,3 +281,81 @@ def test_a_long_rdf_list_settles_in_logarithmic_rounds(spark, tmp_path: Path, ca
     assert remote == local
     assert [(len(c.removed), len(c.added)) for c in remote] == [(1, 1)]  # the whole list is one MSG
     assert 0 < engine.rounds <= 10  # plain propagation would need 65 rounds
+
+
+def test_a_spark_job_beside_a_running_hub_publishes_through_its_http_api(
+        spark, tmp_path: Path, canonicalizer: Canonicalizer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The Kubernetes Job / SparkApplication path: export over HTTP, diff on Spark, upload the
+    change naming the exported version as prev; the hub signs and chains it."""
+    from lucid_hub.errors import AuthenticationError
+    from lucid_hub.publish.files import publish_file
+    from tests.conftest import assert_consistent, running_hub, whole_canonical
+
+    g = "http://ex/g"
+    v1 = '<http://ex/a> <http://ex/p> _:x .\n_:x <http://ex/v> "1" .\n<http://ex/b> <http://ex/p> "keep" .\n'
+    v2 = ('<http://ex/a> <http://ex/p> _:y .\n_:y <http://ex/v> "2" .\n<http://ex/b> <http://ex/p> "keep" .\n'
+          '<http://ex/c> <http://ex/p> "01"^^<http://www.w3.org/2001/XMLSchema#integer> .\n')
+    (tmp_path / "v1.nt").write_text(v1)
+    (tmp_path / "v2.nt").write_text(v2)
+    lines: list[str] = []
+    kwargs = {"author": "ignored", "message": "bulk", "fmt": None, "canonicalizer": canonicalizer,
+              "echo": lines.append, "engine": "spark", "spark": spark}
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
+        settings = hub.runtime.settings
+        monkeypatch.delenv("LUCID_ACCESS_TOKEN", raising=False)
+        with pytest.raises(AuthenticationError, match="LUCID_ACCESS_TOKEN"):
+            publish_file(settings, tmp_path / "v1.nt", g, hub_url=hub.url, **kwargs)
+        monkeypatch.setenv("LUCID_ACCESS_TOKEN", hub.token("bulk job", ("lucid-hub-admins",),
+                                                           ("graphs:read", "graphs:write")))
+        publish_file(settings, tmp_path / "v1.nt", g, hub_url=hub.url, **kwargs)
+        first = hub.runtime.publisher.head(g)
+        publish_file(settings, tmp_path / "v2.nt", g, hub_url=hub.url, **kwargs)
+        publish_file(settings, tmp_path / "v2.nt", g, hub_url=hub.url, **kwargs)  # unchanged: no patch
+        history = hub.runtime.publisher.history(g)
+        assert len(history) == 2 and history[1].prev == first
+        assert (history[1].removed, history[1].added) == (1, 2)
+        assert history[1].author.startswith("bulk job") and history[1].message == "bulk"  # the token's party
+        assert whole_canonical(hub.runtime.publisher.content(g)[1]) == whole_canonical(
+            [str(q.triple) for q in ox.parse(v2, format=ox.RdfFormat.N_TRIPLES)])
+        assert any("exported <http://ex/g> at no version" in line for line in lines)
+        assert lines[-1] == "no changes: <http://ex/g> already has this content"
+        assert_consistent(hub.runtime)
+
+
+def test_spark_submit_publishes_to_a_running_hub(tmp_path: Path) -> None:
+    """What the chart's SparkApplication runs: spark-submit of spark_publish.py, the master
+    spark-submit's, the hub's client credentials from the environment."""
+    import os
+    import subprocess
+    import sys
+
+    import pyspark
+
+    from tests.conftest import running_hub
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    if not submit.exists():
+        pytest.skip(f"the pyspark package has no spark-submit at {submit}")
+    (tmp_path / "new.nt").write_text('<http://ex/a> <http://ex/p> _:x .\n_:x <http://ex/v> "1" .\n')
+    job = Path(__file__).parent.parent / "lucid_hub" / "diff" / "spark_publish.py"
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
+        record, secret = hub.client("bulk job", ("lucid-hub-admins",), ("graphs:read", "graphs:write"))
+
+        def submit_job(client_secret: str) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "LUCID_CLIENT_ID": record.client_id,
+                   "LUCID_CLIENT_SECRET": client_secret}
+            env.pop("LUCID_ACCESS_TOKEN", None)
+            return subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false", str(job),
+                                   str(tmp_path / "new.nt"), "--graph", "http://ex/g", "--hub", hub.url,
+                                   "--message", "snapshot 47"], capture_output=True, text=True, timeout=300,
+                                  env=env, check=False)
+
+        refused = submit_job("wrong")
+        # Spark's PythonRunner merges the driver's stderr into stdout.
+        assert refused.returncode == 1 and "lucid-hub: error: the hub refused the client credentials" in refused.stdout
+        result = submit_job(secret)
+        assert result.returncode == 0, result.stderr[-2000:]
+        (patch,) = hub.runtime.publisher.history("http://ex/g")
+        assert patch.message == "snapshot 47" and patch.added == 1 and result.stdout.strip().splitlines()[-1].startswith(
+            f"published {patch.id} (-0 +1 MSGs)")
+        assert "diffing with Spark (local[1])" in result.stdout  # spark-submit's master, not the default

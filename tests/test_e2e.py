@@ -6,9 +6,7 @@ killed, and a delivery altered in flight by a loopback proxy is never applied.""
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyoxigraph as ox
@@ -18,6 +16,7 @@ import requests
 from lucid_hub.hubproc import HubProcess, wait_until
 from lucid_hub.loopback import free_port
 from lucid_hub.rdf.canon import Canonicalizer
+from tests.proxy import LoopbackProxy
 
 G = "https://acme.example/graphs/orders"
 GROUP = "partner-globex"
@@ -92,55 +91,10 @@ def test_a_mirror_stays_isomorphic_and_catches_up_after_being_killed(
             globex.stop()
 
 
-class TamperingProxy:
-    """Forwards requests to a hub; the POST bodies it is told to alter, it alters."""
-
-    def __init__(self, target: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.alter_next = threading.Event()
-        self.altered = 0
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _forward(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
-                if method == "POST" and proxy.alter_next.is_set() and b'"' in body:
-                    proxy.alter_next.clear()
-                    proxy.altered += 1
-                    body = body.replace(b'"', b'"X', 1)  # one literal changed in flight
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
-                self.send_response(answer.status_code)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
-
-            def do_GET(self) -> None:
-                self._forward("GET")
-
-            def do_POST(self) -> None:
-                self._forward("POST")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.thread.join(10)
-
-
 @pytest.fixture
-def globex_behind_a_proxy(tmp_path: Path) -> Iterator[tuple[HubProcess, TamperingProxy]]:
+def globex_behind_a_proxy(tmp_path: Path) -> Iterator[tuple[HubProcess, LoopbackProxy]]:
     globex = HubProcess("Globex", tmp_path / "globex")
-    proxy = TamperingProxy(globex.url)
+    proxy = LoopbackProxy(globex.url)
     globex.env["LUCID_PUBLIC_URL"] = proxy.url  # its callbacks are reached through the proxy
     globex.start()
     try:
@@ -152,7 +106,7 @@ def globex_behind_a_proxy(tmp_path: Path) -> Iterator[tuple[HubProcess, Tamperin
 
 @pytest.mark.slow
 def test_a_delivery_altered_in_flight_is_not_applied_and_the_gap_is_filled(
-        tmp_path: Path, globex_behind_a_proxy: tuple[HubProcess, TamperingProxy],
+        tmp_path: Path, globex_behind_a_proxy: tuple[HubProcess, LoopbackProxy],
         canonicalizer: Canonicalizer) -> None:
     globex, proxy = globex_behind_a_proxy
     rng = random.Random(11)
@@ -176,3 +130,50 @@ def test_a_delivery_altered_in_flight_is_not_applied_and_the_gap_is_filled(
         acme.publish(G, random_version(rng))
         wait_until(lambda: globex.mirrors()[0]["state"] == "revoked", 30, "the denial")
         assert head_of(globex) == latest
+
+
+@pytest.mark.slow
+def test_after_the_publishers_key_rotation_a_mirror_quarantines_until_the_new_key_is_trusted(
+        tmp_path: Path, run_cli, canonicalizer: Canonicalizer) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    rng = random.Random(11)
+    acme = HubProcess("ACME", tmp_path / "acme").start()
+    globex = HubProcess("Globex", tmp_path / "globex").start()
+    partner_env = {"LUCID_DATA_DIR": str(tmp_path / "globex")}
+    try:
+        acme.publish(G, random_version(rng))
+        connect(acme, globex)
+        before = acme.publish(G, random_version(rng))
+        wait_until(lambda: head_of(globex) == before, 60, "the mirror to follow")
+        old_kid = globex.mirrors()[0]["keys"]
+
+        acme.stop()  # the publisher rotates its key: the hub signs with the key it loads at start
+        assert run_cli("keys", "rotate", "--dir", tmp_path / "acme" / "keys").code == 0
+        acme.start()
+        after = acme.publish(G, random_version(rng))
+        wait_until(lambda: globex.mirrors()[0]["quarantined"] == 1, 60, "the unknown key's patch to be quarantined")
+        assert head_of(globex) == before  # nothing unverified applied
+
+        jwks = requests.get(f"{acme.url}/.well-known/jwks.json", timeout=30).json()
+        assert [k["kid"] for k in jwks["keys"]][1:] == old_kid  # the retired key stays published
+        (tmp_path / "only-new.json").write_text(json.dumps({"keys": jwks["keys"][:1]}))
+        dropped = run_cli("mirror", "trust", G, "--jwks", tmp_path / "only-new.json", env=partner_env)
+        assert dropped.code == 1 and "--replace" in dropped.err and len(dropped.err.strip().splitlines()) == 1
+        mirror_id = globex.mirrors()[0]["id"]
+        for body, reason in (({"jwks": str(tmp_path / "only-new.json")}, "http(s) URL"), ({}, "is required"),
+                             ({"jwks": f"{acme.url}/x", "replace": "yes"}, "true or false"),
+                             ({"jwks": f"{acme.url}/no-keys-here"}, "HTTP 404")):
+            answer = globex.call("POST", f"/admin/mirrors/{mirror_id}/trust", json=body, expect=(400,))
+            assert reason in answer.text, answer.text
+        globex.call("POST", "/admin/mirrors/no-such-mirror/trust", json={"jwks": f"{acme.url}/x"}, expect=(404,))
+        assert globex.mirrors()[0]["keys"] == old_kid  # every refusal left the pin alone
+
+        trusted = run_cli("mirror", "trust", G, "--jwks", f"{acme.url}/.well-known/jwks.json", env=partner_env)
+        assert trusted.code == 0, trusted.err
+        assert json.loads(trusted.out)["keys"] == [k["kid"] for k in jwks["keys"]]
+        wait_until(lambda: head_of(globex) == after, 60, "the quarantined patch to be fetched again and applied")
+        assert canonical(globex.content(G), canonicalizer) == canonical(acme.content(G), canonicalizer)
+    finally:
+        globex.stop()
+        acme.stop()

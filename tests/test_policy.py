@@ -164,3 +164,56 @@ def test_a_tampered_policy_patch_shows_in_the_audit(tmp_path: Path, db_url: str)
         assert history[-1]["verified"] is False and "hash" in history[-1]["problem"]
     finally:
         runtime.close()
+
+
+def test_two_hub_processes_on_one_database_lose_no_policy_edit(tmp_path: Path, db_url: str) -> None:
+    """Two runtimes = two processes of one hub (`serve --workers 2`): each edit starts from the
+    newest version; edits racing each other both land, or the later one is refused with 409."""
+    import threading
+
+    from lucid_hub.config import Settings
+    from lucid_hub.errors import ConflictError
+    from lucid_hub.runtime import Runtime
+
+    env = {"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": db_url, "LUCID_WEB_WORKERS": "2"}
+    a = Runtime.open(Settings.from_env(env))
+    b = Runtime.open(Settings.from_env(env))  # takes the second copy of the store
+    try:
+        assert (a.leader, b.leader) == (True, False)
+        g = "http://ex/orders"
+        partner = party("globex", "lc-globex", "partner")
+        b.policies.decide(partner, g, "read")  # b has loaded the conditions as they were
+        a.policies.create([Condition("urn:c:from-a", requiresGroup=("partner",), readGraph=(g,))], "admin a")
+        b.policies.create([Condition("urn:c:from-b", readGraph=("http://ex/other",))], "admin b")
+        assert {c.iri for c in b.policies.conditions()} >= {"urn:c:from-a", "urn:c:from-b"}  # a's edit kept
+        b.policies.refresh(every=0)
+        assert b.policies.decide(partner, g, "read")[0] is True
+        a.policies.refresh(every=0)
+        assert {c.iri for c in a.policies.conditions()} >= {"urn:c:from-a", "urn:c:from-b"}
+
+        start = threading.Barrier(2)
+        outcomes: dict[str, str] = {}
+
+        def edit(runtime: Runtime, name: str) -> None:
+            start.wait()
+            try:
+                runtime.policies.create([Condition(f"urn:c:race-{name}", readGraph=(f"http://ex/{name}",))], name)
+                outcomes[name] = "created"
+            except ConflictError as exc:
+                assert "changed meanwhile" in str(exc)
+                outcomes[name] = "409"
+
+        threads = [threading.Thread(target=edit, args=(rt, name)) for rt, name in ((a, "a"), (b, "b"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        a.policies.refresh(every=0)
+        stored = {c.iri for c in a.policies.conditions()}
+        assert "created" in outcomes.values()
+        for name, outcome in outcomes.items():  # what was acknowledged is there, what was refused is not
+            assert (f"urn:c:race-{name}" in stored) == (outcome == "created")
+        assert {"urn:c:from-a", "urn:c:from-b"} <= stored
+    finally:
+        b.close()
+        a.close()

@@ -17,6 +17,7 @@ import requests
 from lucid_hub.config import Settings
 from lucid_hub.errors import ConflictError
 from lucid_hub.loopback import free_port, wait_for_port
+from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import graph_msgs
 from lucid_hub.runtime import Runtime
 from tests.conftest import assert_consistent, parse_nt
@@ -159,3 +160,60 @@ def test_two_hub_processes_on_one_database_serialise_by_compare_and_set(tmp_path
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.slow
+def test_two_hub_processes_on_postgresql_publish_concurrently_without_breaking_the_chain(
+        tmp_path: Path, postgres_url: str, canonicalizer: Canonicalizer) -> None:
+    """Two `lucid-hub serve` processes (each its own store, one signing key as an operator
+    supplies it to every replica) on one PostgreSQL database; four writers POST to the same
+    graph through both at once. Every accepted change is exactly one patch of one linear chain,
+    signed, and both hubs serve the same content: all the writers' triples."""
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lucid_hub.hubproc import HubProcess
+    from lucid_hub.signing import TrustedKeys, verify_patch_bytes
+    from tests.conftest import _reset_postgres
+
+    _reset_postgres(postgres_url)
+    env = {"LUCID_DATABASE_URL": postgres_url}
+    a = HubProcess("A", tmp_path / "a", env).start()
+    b = HubProcess("B", tmp_path / "b", env)
+    shutil.copytree(tmp_path / "a" / "keys", tmp_path / "b" / "keys")
+    b.start()
+    try:
+        first = a.publish(G, "<http://ex/o> <http://ex/start> \"0\" .")
+
+        def writer(hub: HubProcess, n: int) -> list[str]:
+            ids = []
+            for i in range(6):
+                body = f'<http://ex/o> <http://ex/step> "writer {n} step {i}" .\n'.encode()
+                for _ in range(20):  # 409: another process moved the head; a client retries
+                    answer = hub.http.post(f"{hub.url}/graphs", params={"graph": G}, data=body, timeout=60,
+                                           headers={"Content-Type": "application/n-triples"})
+                    if answer.status_code != 409:
+                        break
+                assert answer.status_code in (200, 201), answer.text
+                ids.append(answer.json()["patch"])
+            return ids
+
+        with ThreadPoolExecutor(4) as pool:
+            accepted = [i for ids in pool.map(writer, [a, b, a, b], range(4)) for i in ids]
+        chain = a.call("GET", "/patches", params={"graph": G}, headers={"Accept": "application/json"}).json()
+        patches = chain["patches"]
+        assert chain["next"] is None and len(patches) == 1 + len(accepted) == 25
+        assert [p["id"] for p in patches] == [first] + [p["id"] for p in patches[1:]]
+        assert set(accepted) == {p["id"] for p in patches[1:]}  # every accepted change, once
+        assert [p["prev"] for p in patches] == [None] + [p["id"] for p in patches[:-1]]  # linear
+        assert [p["seq"] for p in patches] == list(range(1, 26))
+        trusted = TrustedKeys(requests.get(f"{a.url}/.well-known/jwks.json", timeout=30).json())
+        for p in patches:
+            assert verify_patch_bytes(p["body"].encode(), trusted, canonicalizer).id == p["id"]
+        expected = {'<http://ex/o> <http://ex/start> "0" .'} | {
+            f'<http://ex/o> <http://ex/step> "writer {n} step {i}" .' for n in range(4) for i in range(6)}
+        for hub in (a, b):
+            assert set(filter(None, hub.content(G).splitlines())) == expected, hub.name
+    finally:
+        b.stop()
+        a.stop()

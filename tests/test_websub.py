@@ -264,7 +264,11 @@ def test_failed_subscription_is_visible_and_can_be_redelivered(ws_hub: RunningHu
     sub = listed()[0]
     assert sub["lag"] == 1 and sub["failures"] == 4 and "HTTP 500" in sub["last_error"]
     metrics = requests.get(f"{hub.url}/metrics", timeout=30).text
-    assert f'lucid_subscription_lag{{subscription="{sub["id"]}",state="failed"}} 1' in metrics
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lag = {tuple(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(metrics)
+           for s in f.samples if s.name == "lucid_subscription_lag"}
+    assert lag == {(("state", "failed"), ("subscription", str(sub["id"]))): 1.0}
     again = hub.http.post(f"{hub.url}/admin/subscriptions/{sub['id']}/redeliver", params={"from": patch}, timeout=30)
     assert again.status_code == 202
     callback.wait(lambda: len(callback.deliveries) == 1)

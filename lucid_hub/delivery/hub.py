@@ -35,6 +35,7 @@ from lucid_hub.db.models import Graph, PatchRecord, Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.safety import check_addresses, parse_cidrs
 from lucid_hub.errors import InputError, LucidError, NotFoundError
+from lucid_hub.metrics import Metrics
 from lucid_hub.policy.engine import Action, Party
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
@@ -216,8 +217,10 @@ class Decider(Protocol):
 
 class WebSubHub:
     def __init__(self, settings: Settings, db: Database, canonicalizer: Canonicalizer, policies: Decider, *,
-                 publisher: Publisher | None = None, worker_id: str | None = None) -> None:
+                 publisher: Publisher | None = None, worker_id: str | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics()
         self.db = db
         self.canonicalizer = canonicalizer
         self.policies = policies
@@ -342,9 +345,14 @@ class WebSubHub:
             self._thread = threading.Thread(target=self._loop, name="websub-delivery", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def drain(self) -> None:
+        """Start no more deliveries: each task stops after its POST in flight (which is then
+        recorded as usual). Safe in a signal handler; `stop` follows."""
         self._stop.set()
         self._wake.set()
+
+    def stop(self) -> None:
+        self.drain()
         if self._thread is not None:
             self._thread.join(timeout=30)
         self._executor.shutdown(wait=True, cancel_futures=True)  # deliveries in flight finish
@@ -374,6 +382,8 @@ class WebSubHub:
         A few statements a round, whatever the number of subscriptions: py-spy showed the
         per-subscription reads and commits of the first version as most of a delivery's cost."""
         s, p = SUBS.c, PATCHES.c
+        if self._stop.is_set():
+            return []  # draining: what is due stays due for the next process
         with self._lock:
             busy = list(self._in_flight)
         at = now()
@@ -412,6 +422,9 @@ class WebSubHub:
                                r.attempts, pending))
         with self._lock:
             self._in_flight.update(task.sid for task in tasks)
+        retries = sum(1 for task in tasks if task.attempts)
+        if retries:
+            self.metrics.delivery_retries.inc(retries)
         for task in tasks:
             self._executor.submit(self._deliver, task)
         return [task.sid for task in tasks]
@@ -459,16 +472,22 @@ class WebSubHub:
                 claimed = time.monotonic()
             allowed, reason, _request_id = self.policies.decide(task.party, task.graph, "read")
             if not allowed:
+                self.metrics.deliveries.labels("denied").inc()
                 outcome.cancelled = reason  # the callback is told once that is recorded
                 return
+            posted = time.perf_counter()
             status, error = self._post(task.callback, task.graph, task.media_type, task.secret, patch.id,
                                        patch.prev, patch.body)
+            self.metrics.delivery_seconds.observe(time.perf_counter() - posted)
             if 200 <= status < 300:
+                self.metrics.deliveries.labels("delivered").inc()
                 outcome.reached = patch.seq
             elif status == 410:
+                self.metrics.deliveries.labels("gone").inc()
                 outcome.gone = True
                 return
             else:
+                self.metrics.deliveries.labels("error").inc()
                 outcome.error = error
                 return
 

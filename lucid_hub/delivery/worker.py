@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from typing import Any
 
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.hub import WebSubHub
+from lucid_hub.metrics import Metrics, canonicalization_metrics, serve_metrics
 from lucid_hub.policy.service import ArchivePolicies
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.runtime import open_log
@@ -26,17 +28,29 @@ log = logging.getLogger(__name__)
 GROUP = "lucid-hub-delivery"
 
 
+# A worker whose main loop has not come round for this long is reported dead (/healthz 503).
+LIVENESS_SECONDS = 300.0
+
+
 def run_worker(settings: Settings, name: str | None = None, stop: threading.Event | None = None) -> None:
     stop = stop or threading.Event()
     db = Database(settings.db_url)
     db.upgrade()
     canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)
     patch_log = open_log(settings, db)
-    hub = WebSubHub(settings, db, canonicalizer, ArchivePolicies(db, canonicalizer), worker_id=name)
+    metrics = Metrics()
+    metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
+    hub = WebSubHub(settings, db, canonicalizer, ArchivePolicies(db, canonicalizer), worker_id=name,
+                    metrics=metrics)
     consumer = patch_log.consumer(GROUP)
+    alive = [time.monotonic()]
+    listener = (serve_metrics(settings.host, settings.metrics_port, metrics,
+                              lambda: time.monotonic() - alive[0] < LIVENESS_SECONDS)
+                if settings.metrics_port else None)
 
     def stopping(signum: int, _frame: Any) -> None:
         stop.set()
+        hub.drain()  # the POSTs in flight finish; nothing after them starts
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, stopping)
@@ -45,13 +59,19 @@ def run_worker(settings: Settings, name: str | None = None, stop: threading.Even
     hub.start()  # its own rounds: after each recorded batch (backlogs), retries, takeovers
     try:
         while not stop.is_set():
+            alive[0] = time.monotonic()
             records = consumer.poll(100, 1.0)
             if records:  # new patches: a round now, and the offsets once it is recorded
                 hub.wait_for(hub.deliver_due())
                 consumer.commit(records)
     finally:
+        log.info("delivery worker %s stopping: in-flight deliveries finish and are recorded", hub.worker_id)
+        if listener is not None:
+            listener.shutdown()
+            listener.server_close()
         consumer.close()
         hub.stop()
         patch_log.close()
         canonicalizer.close()
         db.dispose()
+

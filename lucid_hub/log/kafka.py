@@ -61,6 +61,17 @@ class KafkaPatchLog:
     def consumer(self, group: str) -> KafkaLogConsumer:
         return KafkaLogConsumer(self, group)
 
+    def check(self, timeout: float = 2.0) -> None:
+        try:
+            meta = self._producer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+        except KafkaException as exc:
+            raise LogUnavailableError(f"Kafka does not answer: {exc.args[0].str()}") from None
+        if meta is None or meta.error is not None:
+            raise LogUnavailableError(f"Kafka topic {self.topic}: {meta.error.str() if meta else 'unknown'}")
+        leaderless = [p for p in meta.partitions.values() if p.leader < 0]
+        if not meta.partitions or leaderless:
+            raise LogUnavailableError(f"Kafka topic {self.topic}: {len(leaderless)} partitions without a leader")
+
     def close(self) -> None:
         self._producer.flush(self.timeout)
 

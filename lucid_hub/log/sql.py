@@ -8,9 +8,11 @@ import time
 from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
 
 from lucid_hub.db.models import LogEntry, LogOffset
 from lucid_hub.db.session import Database
+from lucid_hub.errors import LogUnavailableError
 from lucid_hub.log import LogRecord
 
 _NEXT = (select(LogEntry.offset, LogEntry.graph, LogEntry.patch_id, LogEntry.body)
@@ -34,6 +36,13 @@ class SqlPatchLog:
 
     def consumer(self, group: str) -> SqlLogConsumer:
         return SqlLogConsumer(self.db, group)
+
+    def check(self, timeout: float = 2.0) -> None:
+        try:
+            with self.db.engine.connect() as conn:
+                conn.execute(select(LogEntry.offset).limit(1))
+        except SQLAlchemyError as exc:
+            raise LogUnavailableError(f"the SQL patch log is unreachable: {type(exc).__name__}") from None
 
     def close(self) -> None:
         pass

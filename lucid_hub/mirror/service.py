@@ -14,16 +14,14 @@ unsubscribes within a second, or at its next start.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import logging
-import queue
 import secrets
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -173,6 +171,32 @@ def remove_mirror(db: Database, mirror: str) -> None:
             raise NotFoundError(f"no mirror {mirror}")
 
 
+def trust_mirror(db: Database, mirror: str, source: str, *, replace: bool = False) -> dict[str, Any]:
+    """Pin the publisher's keys again (after it rotated its key): the JWKS from `source` (a URL
+    or a file). It must keep every key pinned so far (a publisher keeps retired keys in its
+    JWKS) unless `replace` (the old key was lost). A running hub then catches the mirror up:
+    patches quarantined for an unknown key are fetched again and applied if they verify."""
+    which = or_(Mirror.id == mirror, Mirror.graph == mirror)
+    with db.session() as session:
+        if session.scalars(select(Mirror.id).where(which)).first() is None:
+            raise NotFoundError(f"no mirror {mirror}")
+    jwks = _load_jwks(source, _http())
+    new_kids = {k.get("kid") for k in json.loads(jwks)["keys"]}
+    with db.session() as session:
+        row = session.scalars(select(Mirror).where(which)).first()
+        if row is None:
+            raise NotFoundError(f"no mirror {mirror}")
+        dropped = {k.get("kid") for k in json.loads(row.jwks).get("keys", [])} - new_kids
+        if dropped and not replace:
+            raise ConflictError(f"{source} no longer holds the pinned key(s) {', '.join(sorted(map(str, dropped)))}: "
+                                "a rotation keeps old keys published; if the old key was lost, pass --replace")
+        row.jwks = jwks
+        if row.state == "error":
+            row.state = "active"
+        session.flush()
+        return describe(row, pinned_from=source)
+
+
 def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from: str | None = None) -> dict[str, Any]:
     """What lists and the admin API show of a mirror (never its secrets)."""
     out = {"id": row.id, "graph": row.graph, "hub": row.hub_url, "client_id": row.client_id, "state": row.state,
@@ -185,28 +209,7 @@ def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from:
     return out
 
 
-def _end(q: queue.Queue[Any]) -> None:
-    """Make an event stream's queue end its stream (dropping its oldest event if full)."""
-    try:
-        q.put_nowait(None)
-    except queue.Full:
-        with contextlib.suppress(queue.Empty):
-            q.get_nowait()
-        q.put_nowait(None)
-
-
 # --- the running hub's side -----------------------------------------------------------------
-@dataclass(frozen=True)
-class Applied:
-    """A patch applied to a mirror, as the local event stream announces it."""
-
-    graph: str
-    id: str
-    prev: str | None
-    removed: int
-    added: int
-
-
 class MirrorService:
     """Subscriptions, verification of intent, deliveries and catch-up of this hub's mirrors."""
 
@@ -218,12 +221,18 @@ class MirrorService:
         self.http = _http()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._streams: dict[str, list[queue.Queue[Applied | None]]] = {}
-        self._streams_guard = threading.Lock()
+        self._applied = threading.Condition()  # notified when this process applies a mirrored patch
+        self._generation = 0
+        # Event streams read the archive; with several processes of the hub, another one may
+        # have applied a patch: they look again this often.
+        self._poll = 0.25 if settings.web_workers > 1 else 1.0
+        self._mirrored_at = 0.0
         self._stop = threading.Event()
         self._streams_ended = False
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._first_round_done = threading.Event()
+        self._pins: dict[str, str] = {}  # each mirror's pinned JWKS, as the last round saw it
         self._mirrored: set[str] = set()
         self._keys: dict[str, TrustedKeys] = {}
         self._refresh_mirrored()
@@ -244,14 +253,23 @@ class MirrorService:
             self._thread.join(timeout=30)
 
     def end_streams(self) -> None:
-        """End every event stream (the server is shutting down); safe in a signal handler."""
+        """End every event stream (the server is shutting down); safe in a signal handler:
+        it never waits for a lock (the streams look at the flag within their poll interval)."""
         self._streams_ended = True
-        for queues in list(self._streams.values()):
-            for q in list(queues):
-                _end(q)
+        if self._applied.acquire(blocking=False):
+            try:
+                self._applied.notify_all()
+            finally:
+                self._applied.release()
 
     def wake(self) -> None:
         self._wake.set()
+
+    @property
+    def catching_up(self) -> bool:
+        """Whether the first round after start (each mirror caught up on what it missed while
+        the hub was down) is still running: the hub is not ready until it has finished."""
+        return self._thread is not None and not self._first_round_done.is_set()
 
     def _loop(self) -> None:
         caught_up: set[str] = set()
@@ -260,6 +278,7 @@ class MirrorService:
                 self.maintain(caught_up)
             except Exception:  # the loop survives a database or network hiccup
                 log.exception("mirror maintenance failed")
+            self._first_round_done.set()  # done, or failed and noted: readiness does not wait for a partner
             self._wake.wait(1.0)
             self._wake.clear()
 
@@ -268,11 +287,14 @@ class MirrorService:
         catch each active mirror up once after start (it may have missed patches while down)."""
         caught_up = caught_up if caught_up is not None else set()
         with self.db.session() as session:
-            rows = [(r.id, r.state, _aware(r.renew_at)) for r in session.scalars(select(Mirror))]
+            rows = [(r.id, r.state, _aware(r.renew_at), r.jwks) for r in session.scalars(select(Mirror))]
         self._refresh_mirrored()
-        for mirror_id, state, renew_at in rows:
+        for mirror_id, state, renew_at, jwks in rows:
             if self._stop.is_set():
                 return
+            if self._pins.setdefault(mirror_id, jwks) != jwks:  # keys pinned again (`mirror trust`):
+                self._pins[mirror_id] = jwks  # what was quarantined for an unknown key may verify now
+                caught_up.discard(mirror_id)
             if state == "removing":
                 self._remove(mirror_id)
             elif state == "new" or (state in ("subscribing", "active", "error") and renew_at is not None
@@ -416,6 +438,7 @@ class MirrorService:
         """A delivery to our callback; the HTTP status to answer: 204 applied (or applied
         before), 202 received but not applied (ignored or quarantined: WebSub wants a 2xx,
         a retry would not help), 410 no such mirror (the hub drops the subscription)."""
+        received = time.perf_counter()
         with self.db.session() as session:
             row = session.get(Mirror, mirror_id)
             if row is None or row.state in ("revoked", "removing"):
@@ -437,7 +460,10 @@ class MirrorService:
             self._quarantine(mirror_id, patch.id, body, f"the patch is for <{patch.graph}>, not <{graph}>")
             return 202
         with self._lock(mirror_id):
-            return 204 if self._apply_in_order(mirror_id, patch, body) else 202
+            applied = self._apply_in_order(mirror_id, patch, body)
+        if applied:
+            self.publisher.metrics.mirror_apply_seconds.observe(time.perf_counter() - received)
+        return 204 if applied else 202
 
     def _apply_in_order(self, mirror_id: str, patch: Patch, body: bytes) -> bool:
         """Whether the patch is in the mirror now (applied, or already before)."""
@@ -588,41 +614,53 @@ class MirrorService:
     def _refresh_mirrored(self) -> None:
         with self.db.engine.connect() as conn:
             self._mirrored = set(conn.execute(select(Mirror.graph)).scalars())
+        self._mirrored_at = time.monotonic()
 
-    def is_mirrored(self, graph: str) -> bool:
+    def is_mirrored(self, graph: str, fresh: bool = False) -> bool:
+        """Whether `graph` is a mirror (read-only here), as the mirrors table said at most a
+        second ago (mirrors are added by commands and by other processes of the hub); `fresh`
+        looks again before a "no". Every publish asks: py-spy showed a lookup per call as 4%
+        of a publishing process. (A mirror can only be added for a graph this hub does not
+        have, so the second matters only for a graph created and mirrored at once.)"""
+        if time.monotonic() - self._mirrored_at > 1.0 or (fresh and graph not in self._mirrored):
+            self._refresh_mirrored()
         return graph in self._mirrored
 
     # --- local fan-out: Server-Sent Events -------------------------------------------
     def _announce(self, patch: Patch) -> None:
-        if patch.graph not in self._mirrored:
-            return
-        event = Applied(patch.graph, patch.id, patch.prev, len(patch.removed), len(patch.added))
-        with self._streams_guard:
-            for q in self._streams.get(patch.graph, []):
-                try:
-                    q.put_nowait(event)
-                except queue.Full:  # a consumer that stopped reading: its stream is ended
-                    _end(q)
-                    log.warning("mirror event stream of <%s> fell 10,000 events behind; ending it", patch.graph)
+        if patch.graph in self._mirrored:
+            with self._applied:
+                self._generation += 1
+                self._applied.notify_all()
 
     def events(self, graph: str, keepalive: float = 15.0) -> Iterator[str]:
-        """An SSE stream of the patches applied to a mirrored graph, from now on."""
-        q: queue.Queue[Applied | None] = queue.Queue(maxsize=10_000)
-        with self._streams_guard:
-            self._streams.setdefault(graph, []).append(q)
-        try:
-            yield ": lucid-hub mirror events\n\n"
-            while not self._stop.is_set() and not self._streams_ended:
-                try:
-                    event = q.get(timeout=keepalive)
-                except queue.Empty:
-                    yield ": keep-alive\n\n"
-                    continue
-                if event is None:
-                    return
-                data = json.dumps({"graph": event.graph, "id": event.id, "prev": event.prev,
-                                   "removed": event.removed, "added": event.added})
-                yield f"event: patch\nid: {event.id}\ndata: {data}\n\n"
-        finally:
-            with self._streams_guard:
-                self._streams[graph].remove(q)
+        """An SSE stream of the patches applied to a mirrored graph, from now on, read from the
+        archive: in chain order, whichever process of the hub applied them, and a slow reader
+        goes on from where it is. Woken at once by this process's applies; patches applied by
+        another process are found within the poll interval."""
+        with self.db.engine.connect() as conn:
+            last = conn.execute(select(Graph.length).where(Graph.iri == graph)).scalar() or 0
+        yield ": lucid-hub mirror events\n\n"
+        quiet_since = time.monotonic()
+        while not self._stop.is_set() and not self._streams_ended:
+            with self._applied:
+                generation = self._generation
+            with self.db.engine.connect() as conn:
+                rows = conn.execute(select(PatchRecord.id, PatchRecord.prev, PatchRecord.seq, PatchRecord.removed,
+                                           PatchRecord.added).where(PatchRecord.graph == graph,
+                                                                    PatchRecord.seq > last)
+                                    .order_by(PatchRecord.seq).limit(100)).all()
+            for r in rows:
+                data = json.dumps({"graph": graph, "id": r.id, "prev": r.prev, "removed": r.removed,
+                                   "added": r.added})
+                yield f"event: patch\nid: {r.id}\ndata: {data}\n\n"
+                last = r.seq
+            if rows:
+                quiet_since = time.monotonic()
+                continue
+            if time.monotonic() - quiet_since >= keepalive:
+                yield ": keep-alive\n\n"
+                quiet_since = time.monotonic()
+            with self._applied:
+                if self._generation == generation:
+                    self._applied.wait(self._poll)

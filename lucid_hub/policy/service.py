@@ -6,19 +6,22 @@ verify."""
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyoxigraph as ox
 from joserfc import jws
+from sqlalchemy import delete, select
 
-from lucid_hub.db.models import HubState
+from lucid_hub.db.models import Denial, Graph, HubState
 from lucid_hub.db.session import Database
-from lucid_hub.errors import ConflictError, LucidError, NotFoundError, PolicyError
+from lucid_hub.errors import ConflictError, LucidError, NotFoundError, PolicyError, PreconditionFailedError
 from lucid_hub.policy.engine import Action, Party, PolicyEngine
 from lucid_hub.policy.model import Condition, conditions_from_quads, parse_turtle
 from lucid_hub.publish import Publisher
@@ -29,7 +32,10 @@ from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 
 POLICY_GRAPH = "urn:lucid-hub:policies"
 DIGEST_KEY = "policy-files-digest"
-DENIALS_KEPT = 1000
+DENIAL_DAYS = 7  # recorded denials are kept this long
+PRUNE_EVERY = 100  # denials recorded by a process between deletions of expired ones
+# Seconds a process may decide on conditions another process (or hub) has changed since.
+REFRESH_SECONDS = 1.0
 
 
 def read_policy_dir(directory: Path) -> tuple[list[Condition], str]:
@@ -56,8 +62,11 @@ class PolicyService:
         self.canonicalizer = canonicalizer
         self.trusted = trusted
         self.engine = PolicyEngine()
-        self._lock = threading.Lock()
-        self._denials: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()  # one edit at a time in this process
+        self._refresh_lock = threading.Lock()
+        self._head: str | None = None  # the policy graph's version the engine holds
+        self._checked = 0.0
+        self._recorded = 0
 
     # --- loading ---------------------------------------------------------------------
     def start(self, directory: Path) -> str:
@@ -68,6 +77,7 @@ class PolicyService:
             state = session.get(HubState, DIGEST_KEY)
             known = state.value if state is not None else None
         if known != digest:
+            self._head = self._policy_version()
             self._publish(conditions, author=f"policies directory {directory}",
                           message=f"loaded {len(conditions)} access conditions from {directory}")
             with self.db.session() as session:
@@ -77,16 +87,35 @@ class PolicyService:
                 else:
                     row.value = digest
             return f"loaded {len(conditions)} access conditions from {directory}"
-        self.engine.replace(self.stored())
+        self.refresh(every=0)
         return f"{len(self.engine.conditions)} access conditions from the policy graph ({directory} unchanged)"
 
-    def stored(self) -> list[Condition]:
-        """The conditions in the policy graph now."""
-        if self.publisher.head(POLICY_GRAPH) is None:
-            return []
-        _version, statements = self.publisher.content(POLICY_GRAPH)
+    def stored(self) -> tuple[str | None, list[Condition]]:
+        """The policy graph's version and the conditions in it now."""
+        if self._policy_version() is None:
+            return None, []
+        version, statements = self.publisher.content(POLICY_GRAPH)
         quads = ox.parse("".join(f"{s} .\n" for s in statements), format=ox.RdfFormat.N_TRIPLES)
-        return conditions_from_quads(quads, "the policy graph")
+        return version, conditions_from_quads(quads, "the policy graph")
+
+    def refresh(self, every: float = REFRESH_SECONDS) -> None:
+        """Reload the conditions if the policy graph moved (another process of this hub, or
+        another hub on the database, edited them); checked at most every `every` seconds."""
+        if time.monotonic() - self._checked < every:
+            return
+        with self._refresh_lock:
+            if time.monotonic() - self._checked < every:
+                return
+            if self._policy_version() != self._head or not self._checked:
+                version, conditions = self.stored()
+                self.engine.replace(conditions)
+                self._head = version
+            self._checked = time.monotonic()
+
+    def _policy_version(self) -> str | None:
+        """The policy graph's head in the database (None: no policy patch yet)."""
+        with self.db.engine.connect() as conn:
+            return conn.execute(select(Graph.head).where(Graph.iri == POLICY_GRAPH)).scalar()
 
     # --- changing --------------------------------------------------------------------
     def conditions(self) -> tuple[Condition, ...]:
@@ -100,6 +129,7 @@ class PolicyService:
 
     def create(self, new: list[Condition], author: str) -> None:
         with self._lock:
+            self.refresh(every=0)  # edit what is there now, not what this process saw last
             current = {c.iri: c for c in self.engine.conditions}
             clash = [c.iri for c in new if c.iri in current]
             if clash:
@@ -109,6 +139,7 @@ class PolicyService:
 
     def update(self, condition: Condition, author: str) -> None:
         with self._lock:
+            self.refresh(every=0)
             current = {c.iri: c for c in self.engine.conditions}
             if condition.iri not in current:
                 raise NotFoundError(f"no access condition <{condition.iri}>")
@@ -117,36 +148,50 @@ class PolicyService:
 
     def delete(self, iri: str, author: str) -> None:
         with self._lock:
+            self.refresh(every=0)
             current = {c.iri: c for c in self.engine.conditions}
             if current.pop(iri, None) is None:
                 raise NotFoundError(f"no access condition <{iri}>")
             self._publish(list(current.values()), author=author, message=f"deleted <{iri}>")
 
     def _publish(self, conditions: list[Condition], *, author: str, message: str) -> None:
+        """Publish the conditions as the policy graph's next version, if it is still at the
+        version they were computed from (else 409: two edits raced, the later one retries)."""
         statements = {s for c in conditions for s in c.validate().statements()}
-        self.publisher.replace(POLICY_GRAPH, GraphMsgs(statements, Counter()), author=author[:512],
-                               message=message[:4096])
+        try:
+            patch = self.publisher.replace(POLICY_GRAPH, GraphMsgs(statements, Counter()), author=author[:512],
+                                           message=message[:4096], if_match=self._head or '""')
+        except PreconditionFailedError:
+            self._checked = 0.0
+            raise ConflictError("the access conditions were changed meanwhile (by another admin or hub "
+                                "process); look at them again and retry") from None
         self.engine.replace(conditions)  # takes effect for the next request
+        if patch is not None:
+            self._head = patch.id
 
     # --- decisions and explanations ---------------------------------------------------
     def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]:
         """(allowed, reason, request id of a recorded denial)."""
+        self.refresh()
         decision = self.engine.decide(party, graph, action)
         if decision.allowed:
             return True, decision.reason, None
         request_id = uuid.uuid4().hex
-        with self._lock:
-            self._denials[request_id] = {"request_id": request_id, "time": time.time(),
-                                         **self.engine.why(party, graph, action)}
-            while len(self._denials) > DENIALS_KEPT:
-                self._denials.popitem(last=False)
+        body = {"request_id": request_id, "time": time.time(), **self.engine.why(party, graph, action)}
+        now = datetime.now(UTC)
+        with self.db.session() as session:
+            session.add(Denial(request_id=request_id, created_at=now, body=json.dumps(body)))
+            self._recorded += 1
+            if self._recorded % PRUNE_EVERY == 0:
+                session.execute(delete(Denial).where(Denial.created_at < now - timedelta(days=DENIAL_DAYS)))
         return False, decision.reason, request_id
 
     def denial(self, request_id: str) -> dict[str, Any]:
-        found = self._denials.get(request_id)
-        if found is None:
-            raise NotFoundError(f"no recorded denial {request_id} (the last {DENIALS_KEPT} are kept)")
-        return found
+        with self.db.session() as session:
+            found = session.get(Denial, request_id[:32])
+            if found is None:
+                raise NotFoundError(f"no recorded denial {request_id} (denials are kept {DENIAL_DAYS} days)")
+            return dict(json.loads(found.body))
 
     # --- audit -----------------------------------------------------------------------
     def history(self) -> list[dict[str, Any]]:

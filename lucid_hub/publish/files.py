@@ -11,6 +11,7 @@ from typing import IO, Any
 import click
 
 from lucid_hub.config import Settings
+from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import file_graph_msgs
 from lucid_hub.errors import InputError, LucidError
 from lucid_hub.rdf.canon import Canonicalizer
@@ -30,13 +31,16 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
     engine: `local`, `spark` (a Spark job diffs the store's current version against the
     file), or `auto` (Spark from LUCID_SPARK_THRESHOLD_BYTES on, when pyspark is installed).
     """
+    if engine == "auto":
+        engine = "spark" if path.stat().st_size >= settings.spark_threshold_bytes and _has_spark() else "local"
+    if hub_url and engine == "spark":
+        _publish_spark_http(settings, hub_url, path, graph, message=message, echo=echo, spark=spark)
+        return
     if hub_url:
         _publish_http(hub_url, path, graph, author=author, message=message, fmt=fmt, echo=echo)
         return
     from lucid_hub.runtime import Runtime
 
-    if engine == "auto":
-        engine = "spark" if path.stat().st_size >= settings.spark_threshold_bytes and _has_spark() else "local"
     if engine == "spark":
         _publish_spark(settings, path, graph, author=author, message=message, echo=echo, spark=spark)
         return
@@ -115,7 +119,6 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
     then goes through the same archive, chain, signature and log path as any other."""
     import tempfile
 
-    from lucid_hub.diff.spark import SparkDiffEngine, console_progress, spark_session
     from lucid_hub.runtime import Runtime
 
     started = time.monotonic()
@@ -125,21 +128,10 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
             old = Path(tmp) / "current.nt"
             version = runtime.publisher.export(graph, old)
             echo(f"exported <{graph}> at {version or 'no version'}; diffing with Spark ({settings.spark_master}) ...")
-            session = spark or spark_session(settings.spark_master, settings.spark_settings())
-            engine = SparkDiffEngine(session, settings.canon_timeout, settings.canon_memory_mb,
-                                     progress=console_progress())
-            try:
-                changes = engine.diff_files(old, path, default_graph=graph)
-            finally:
-                if spark is None:  # ours: stop it cleanly (its workers would complain at exit)
-                    engine.stop()
-        other = [c.graph for c in changes if c.graph != graph]
-        if other:
-            raise InputError(f"{path}: holds other graphs than <{graph}> (e.g. <{other[0]}>)")
-        if not changes:
+            change = _spark_change(settings, old, path, graph, spark)
+        if change is None:
             _report(echo, graph, None, started)
             return
-        (change,) = changes
         # The job diffed against `version`: publish only if the graph is still there (409 otherwise).
         patch = runtime.publisher.publish(graph, lambda _view: change, author=author, message=message,
                                           expect_prev=True, prev=version)
@@ -148,9 +140,106 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
     _report(echo, graph, patch, started)
 
 
+def _publish_spark_http(settings: Settings, hub_url: str, path: Path, graph: str, *, message: str,
+                        echo: Callable[[str], None], spark: Any) -> None:
+    """A Spark job beside a running hub (a Kubernetes Job, a SparkApplication): it exports the
+    graph's current version over HTTP, diffs it against the file on Spark, and uploads the
+    change as a bare RDF Patch naming that version as `prev`. The hub builds, signs and chains
+    the patch (the cluster never holds its key), or answers 409 if the graph moved meanwhile."""
+    import tempfile
+
+    import requests
+
+    from lucid_hub.auth.client_side import hub_token
+    from lucid_hub.rdf.rdfpatch import MEDIA_TYPE
+
+    started = time.monotonic()
+    base = hub_url.rstrip("/")
+    auth = {"Authorization": f"Bearer {hub_token(hub_url, 'graphs:read graphs:write')}"}
+    try:
+        with tempfile.TemporaryDirectory(prefix="lucid-publish-") as tmp:
+            old = Path(tmp) / "current.nt"
+            with requests.get(f"{base}/graphs", params={"graph": graph}, stream=True, timeout=3600,
+                              headers={**auth, "Accept": "application/n-triples"}) as current:
+                if current.status_code == 404:  # a new graph: the Spark job diffs against nothing
+                    version = None
+                    old.write_bytes(b"")
+                elif current.status_code == 200:
+                    version = current.headers.get("ETag", "").strip('"') or None
+                    with old.open("wb") as out:
+                        for chunk in current.iter_content(1 << 20):
+                            out.write(chunk)
+                else:
+                    raise LucidError(f"the hub answered {current.status_code} for <{graph}>: {current.text[:300]}")
+            master = spark.sparkContext.master if spark is not None else settings.spark_master
+            echo(f"exported <{graph}> at {version or 'no version'} from {base}; diffing with Spark ({master}) ...")
+            change = _spark_change(settings, old, path, graph, spark)
+        if change is None:
+            _report(echo, graph, None, started)
+            return
+        answer = requests.post(f"{base}/patches", params={"graph": graph}, timeout=3600,
+                               data=change.to_patch(version).canonical_bytes,  # no `H id`: the hub builds it
+                               headers={**auth, "Content-Type": MEDIA_TYPE, "X-Lucid-Message": message})
+    except requests.RequestException as exc:
+        raise LucidError(f"cannot reach the hub at {hub_url}: {exc}") from None
+    if answer.status_code == 409:
+        raise LucidError(f"<{graph}> changed at the hub while the Spark job ran ({answer.text.strip()[:200]}); "
+                         "run the job again")
+    if answer.status_code != 201:
+        raise LucidError(f"the hub refused the patch ({answer.status_code}): {answer.text.strip()[:300]}")
+    result = answer.json()
+    echo(f"published {result['patch']} (-{result['removed']} +{result['added']} MSGs) "
+         f"in {time.monotonic() - started:.1f} s")
+
+
+def _spark_change(settings: Settings, old: Path, new: Path, graph: str, spark: Any) -> GraphChange | None:
+    """The change of `graph` from `old` to `new`, diffed on Spark; None if there is none."""
+    from lucid_hub.diff.spark import SparkDiffEngine, console_progress, spark_session
+
+    session = spark or spark_session(settings.spark_master, settings.spark_settings())
+    engine = SparkDiffEngine(session, settings.canon_timeout, settings.canon_memory_mb, progress=console_progress())
+    try:
+        changes = engine.diff_files(old, new, default_graph=graph)
+    finally:
+        if spark is None:  # ours: stop it cleanly (its workers would complain at exit)
+            engine.stop()
+    other = [c.graph for c in changes if c.graph != graph]
+    if other:
+        raise InputError(f"{new}: holds other graphs than <{graph}> (e.g. <{other[0]}>)")
+    return changes[0] if changes else None
+
+
 def _report(echo: Callable[[str], None], graph: str, patch: Patch | None, started: float) -> None:
     if patch is None:
         echo(f"no changes: <{graph}> already has this content")
     else:
         echo(f"published {patch.id} (-{len(patch.removed)} +{len(patch.added)} MSGs) "
              f"in {time.monotonic() - started:.1f} s")
+
+
+def spark_publish_main(argv: list[str] | None = None) -> int:
+    """spark-submit entry point: publish FILE as the new version of a graph at a running hub,
+    diffed on the cluster spark-submit gives (see spark_publish.py)."""
+    import argparse
+
+    from lucid_hub.diff.spark import spark_session
+
+    parser = argparse.ArgumentParser(prog="lucid_hub.diff.spark_publish", description=spark_publish_main.__doc__)
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--graph", required=True, help="IRI of the graph FILE's content replaces")
+    parser.add_argument("--hub", required=True, help="URL of the running hub")
+    parser.add_argument("--message", default="", help="patch message")
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        session = spark_session(None, settings.spark_settings())  # the master is spark-submit's
+        try:
+            with Canonicalizer(settings.canon_timeout, settings.canon_memory_mb) as canonicalizer:
+                publish_file(settings, args.file, args.graph, author="", message=args.message, hub_url=args.hub,
+                             fmt=None, canonicalizer=canonicalizer, echo=print, engine="spark", spark=session)
+        finally:
+            session.stop()
+    except LucidError as exc:
+        print(f"lucid-hub: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    return 0

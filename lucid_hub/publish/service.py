@@ -11,10 +11,14 @@ outbox again; the log ignores a patch id it already holds (SQL) or consumers dro
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ from lucid_hub.errors import (
 )
 from lucid_hub.log import LogRecord, PatchLog
 from lucid_hub.log.sql import SqlPatchLog
+from lucid_hub.metrics import Metrics
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rdf.patch import Patch
@@ -50,8 +55,11 @@ FAULT_ENV = "LUCID_FAULT"
 RELAY_BATCH = 500
 # Seconds the background relay waits after a publish for more to batch with it.
 RELAY_COALESCE = 0.01
-# Compare-and-set attempts of one publish before it answers 409.
-CAS_ATTEMPTS = 3
+# Compare-and-set attempts of one publish before it answers 409 (processes of one hub take
+# turns by a file lock, see Publisher._writing; this covers other hosts on the database).
+CAS_ATTEMPTS = 5
+# Files the processes of one hub lock to take turns at changing a graph (graphs share them).
+LOCK_STRIPES = 64
 
 
 def _crash_point(name: str, graph: str) -> None:
@@ -161,8 +169,10 @@ class Publisher:
 
     def __init__(self, db: Database, store: GraphStore, patch_log: PatchLog, key: SigningKey,
                  canonicalizer: Canonicalizer, trusted: TrustedKeys | None = None,
-                 cache_statements: int = 2_000_000) -> None:
+                 cache_statements: int = 2_000_000, metrics: Metrics | None = None,
+                 lock_dir: Path | None = None) -> None:
         self.db = db
+        self.metrics = metrics or Metrics()
         self.store = store
         self.log = patch_log
         self.key = key
@@ -179,6 +189,13 @@ class Publisher:
         self.listeners: list[Callable[[Patch], None]] = []
         # Graphs that change only through another hub (mirrors): local changes are refused.
         self.read_only: Callable[[str], bool] = lambda _graph: False
+        # With several processes of the hub on this data directory: where their write locks are.
+        self.lock_dir = lock_dir
+        self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        self._stripe_files: dict[int, Any] = {}
+        # Whether this process moves outbox rows to the log: with several processes of one hub,
+        # only one does, or two could append a graph's patches out of order.
+        self.relay_enabled = True
 
     def _check_writable(self, graph: str) -> None:
         if self.read_only(graph):
@@ -253,7 +270,8 @@ class Publisher:
         change is computed again (up to CAS_ATTEMPTS times, then 409).
         """
         self._check_writable(graph)
-        with self._lock(graph):
+        started = time.perf_counter()
+        with self._writing(graph):
             for attempt in range(CAS_ATTEMPTS):
                 caught_up = attempt > 0
                 head = self.store.version(graph)
@@ -283,8 +301,9 @@ class Publisher:
                 self.store.apply(patch, plan)
                 self.cache.advance(patch)
                 break
+        self.metrics.publish_seconds.observe(time.perf_counter() - started)
         self._outbox_changed()
-        self._published(patch)
+        self._published(patch, "published")
         return patch
 
     def export(self, graph: str, path: Path) -> str | None:
@@ -336,7 +355,7 @@ class Publisher:
             patch = read_rdf_patch(raw, self.canonicalizer)
             if patch.signature is not None:
                 self.trusted.verify(patch.id, patch.signature)
-            return self._archive_as_is(patch)
+            return self._archive_as_is(patch, origin="published")
         prev = doc.iri("prev")
         change = GraphChange(graph, tuple(doc.removed), tuple(doc.added))
         return self.publish(graph, lambda _view: change, author=author, message=message,
@@ -349,7 +368,7 @@ class Publisher:
         has just archived the previous patch itself (catching up; a fifth of the time)."""
         if patch.signature is None:
             raise PatchSignatureError(f"patch {patch.id} is not signed")
-        return self._archive_as_is(patch, sync)
+        return self._archive_as_is(patch, sync, origin="mirrored")
 
     def forget(self, graph: str) -> None:
         """Drop a graph from the store (its archive rows are the caller's): a mirror re-clones."""
@@ -357,10 +376,10 @@ class Publisher:
             self.store.drop(graph)
             self.cache.drop(graph)
 
-    def _archive_as_is(self, patch: Patch, sync: bool = True) -> Patch:
+    def _archive_as_is(self, patch: Patch, sync: bool = True, *, origin: str) -> Patch:
         if patch.signature is None:
             patch = sign_patch(patch, self.key)
-        with self._lock(patch.graph):
+        with self._writing(patch.graph):
             if sync:
                 self._sync(patch.graph)
             head = self.store.version(patch.graph)
@@ -373,12 +392,14 @@ class Publisher:
             self.store.apply(patch, plan)
             self.cache.advance(patch)
         self._outbox_changed()
-        self._published(patch)
+        self._published(patch, origin)
         return patch
 
-    def _published(self, patch: Patch | None) -> None:
-        if patch is None:
-            return
+    def _published(self, patch: Patch, origin: str) -> None:
+        self.metrics.patches.labels(origin).inc()
+        if origin == "mirrored":
+            lag = (datetime.now(UTC) - patch.created).total_seconds()
+            self.metrics.mirror_lag_seconds.observe(max(lag, 0.0))  # a publisher's clock may be ahead
         for listener in self.listeners:
             try:
                 listener(patch)
@@ -450,13 +471,14 @@ class Publisher:
     def _outbox_changed(self) -> None:
         if self._relay_thread is not None:
             self._relay_wanted.set()  # the background relay takes it; the caller need not wait
-        else:
+        elif self.relay_enabled:
             self.relay()
+        # else: another process of this hub relays (it polls the outbox)
 
     def start_relay(self, interval: float = 2.0) -> None:
         """Relay in a background thread: woken by each publish, and every `interval` seconds
         to retry when the log was unavailable. Publishing then never waits for the log."""
-        if self._relay_thread is not None or isinstance(self.log, SqlPatchLog):
+        if self._relay_thread is not None or isinstance(self.log, SqlPatchLog) or not self.relay_enabled:
             return
 
         def loop() -> None:
@@ -481,7 +503,8 @@ class Publisher:
             self._relay_wanted.set()
             self._relay_thread.join(timeout=30)
             self._relay_thread = None
-        self.relay()
+        if self.relay_enabled:
+            self.relay()
 
     def relay(self) -> int:
         """Move outbox rows into the patch log, in order; returns how many moved."""
@@ -505,8 +528,19 @@ class Publisher:
         for graph in self.graphs():
             with self._lock(graph.iri):
                 self._sync(graph.iri)
-        self._drop_relayed_outbox()
-        self.relay()
+        if self.relay_enabled:
+            self._drop_relayed_outbox()
+            self.relay()
+
+    def sync_all(self) -> None:
+        """Bring the store up to the archive for every graph another process changed (before
+        a query reads the store directly): one statement, and the graphs that moved."""
+        with self.db.engine.connect() as conn:
+            heads = conn.execute(select(Graph.iri, Graph.head)).all()
+        for iri, head in heads:
+            if self.store.version(iri) != head:
+                with self._lock(iri):
+                    self._sync(iri)
 
     def _drop_relayed_outbox(self) -> None:
         """After a crash between the log's acknowledgement and the outbox delete, the log
@@ -524,6 +558,29 @@ class Publisher:
             log.info("repair: %d outbox patches were already in the log", len(present))
             with self.db.session() as session:
                 session.query(Outbox).filter(Outbox.patch_id.in_(present)).delete()
+
+    @contextlib.contextmanager
+    def _writing(self, graph: str) -> Iterator[None]:
+        """While a change of `graph` is computed and archived: this process's lock of it, and,
+        when several processes of the hub share the data directory, a file lock they all take,
+        so that they take turns instead of racing: the compare-and-set then loses only to
+        another host (two processes racing on one graph starved the loser: the one whose
+        store was current kept winning while the other caught up)."""
+        with self._lock(graph):
+            if self.lock_dir is None:
+                yield
+                return
+            stripe = int.from_bytes(hashlib.sha256(graph.encode()).digest()[:4], "big") % LOCK_STRIPES
+            with self._stripe_locks[stripe]:  # a file lock is the process's: threads need their own
+                handle = self._stripe_files.get(stripe)
+                if handle is None:
+                    self.lock_dir.mkdir(parents=True, exist_ok=True)
+                    handle = self._stripe_files[stripe] = (self.lock_dir / f"graph-{stripe:02d}.lock").open("a")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _lock(self, graph: str) -> threading.Lock:
         with self._locks_guard:

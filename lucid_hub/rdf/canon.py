@@ -81,6 +81,8 @@ class Canonicalizer:
         self.memory_mb = memory_mb
         self._lock = threading.Lock()
         self._guard: _GuardProcess | None = None
+        # Canonicalisations stopped at their budget (for the operator's metrics).
+        self.failures = 0
 
     def canonicalize(self, statements: Sequence[str], algorithm: str = "sha256",
                      labels: set[str] | None = None) -> str:
@@ -111,6 +113,7 @@ class Canonicalizer:
             except _GuardFailed as failure:
                 guard.kill()
                 self._guard = None
+                self.failures += 1
                 raise CanonicalizationLimitExceeded(
                     f"canonicalising a blank-node component of {len(labels)} blank nodes and "
                     f"{len(statements)} statements {failure.reason}; such structures (e.g. large "

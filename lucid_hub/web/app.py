@@ -16,8 +16,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["lucid"] = runtime or Runtime.open(settings)
     errors.register(app)
+    ops.init_request_observation(app)
     app.extensions["lucid"].start_delivery(settings.deliver_in_process)
-    app.extensions["lucid"].mirrors.start()
+    if app.extensions["lucid"].leader:  # one process of a hub keeps the mirrors and serves the metrics port
+        app.extensions["lucid"].mirrors.start()
+        app.extensions["lucid"].start_metrics_listener()
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,

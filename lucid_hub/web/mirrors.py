@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from lucid_hub.errors import InputError
-from lucid_hub.mirror.service import MirrorService, add_mirror, list_mirrors, remove_mirror
+from lucid_hub.mirror.service import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
 from lucid_hub.web.authz import authorized_graph, require_scope
 from lucid_hub.web.common import runtime
 
@@ -42,7 +42,7 @@ def delivery(mirror_id: str) -> Response:
 @blueprint.get("/mirrors/events")
 def events() -> Response:
     graph = authorized_graph("read")
-    if not mirrors().is_mirrored(graph):
+    if not mirrors().is_mirrored(graph, fresh=True):
         raise InputError(f"<{graph}> is not a mirror of this hub")
     response = Response(stream_with_context(mirrors().events(graph)), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
@@ -76,6 +76,25 @@ def admin_add() -> tuple[Response, int]:
                        trust_jwks=body.get("trust_jwks"), graph_url=body.get("from"))
     mirrors().wake()
     return jsonify(added), 201
+
+
+@blueprint.post("/admin/mirrors/<mirror_id>/trust")
+def admin_trust(mirror_id: str) -> Response:
+    """Pin the publisher's keys again: {"jwks": URL, "replace": false} (`mirror trust`)."""
+    require_scope("admin")
+    try:
+        body: Any = json.loads(request.get_data(cache=False) or b"{}")
+    except ValueError as exc:
+        raise InputError(f"request body is not JSON: {exc}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("jwks"), str) or not body["jwks"]:
+        raise InputError("jwks (the URL of the publisher's JWKS) is required")
+    if not body["jwks"].startswith(("https://", "http://")):
+        raise InputError("jwks must be an http(s) URL (files are for the command line)")
+    if not isinstance(body.get("replace", False), bool):
+        raise InputError("replace must be true or false")
+    trusted = trust_mirror(runtime().db, mirror_id, body["jwks"], replace=body.get("replace", False))
+    mirrors().wake()
+    return jsonify(trusted)
 
 
 @blueprint.get("/admin/mirrors/<mirror_id>/quarantine")

@@ -1,10 +1,15 @@
-"""Operations: liveness, readiness, keys."""
+"""Operations: liveness, readiness, metrics, keys."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+import logging
+import time
+
+from flask import Blueprint, Flask, Response, g, jsonify, request
 from sqlalchemy import text
 
+from lucid_hub.errors import LogUnavailableError
+from lucid_hub.metrics import CONTENT_TYPE
 from lucid_hub.web.common import runtime
 from lucid_hub.web.errors import text as plain
 
@@ -18,11 +23,20 @@ def healthz() -> Response:
 
 @blueprint.get("/readyz")
 def readyz() -> Response:
+    """Ready to take traffic: the database and the patch log answer, and the mirrors have
+    caught up on what they missed while this hub was down. 503 names what is not ready."""
+    hub = runtime()
     try:
-        with runtime().db.engine.connect() as connection:
+        with hub.db.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as exc:  # readiness reports, it does not fail
         return plain(503, f"database unreachable: {type(exc).__name__}")
+    try:
+        hub.log.check()
+    except LogUnavailableError as exc:
+        return plain(503, f"patch log unreachable: {exc}")
+    if hub.mirrors.catching_up:
+        return plain(503, "catching up: mirrors are fetching the patches they missed")
     return plain(200, "ready")
 
 
@@ -35,44 +49,34 @@ def jwks() -> Response:
 
 @blueprint.get("/metrics")
 def metrics() -> Response:
-    """Prometheus text format. Labels are subscription ids only (no graph IRIs or callback
-    URLs): the admin API maps ids to subscriptions."""
-    lines = ["# HELP lucid_subscription_lag Patches of the graph not yet delivered to the subscription.",
-             "# TYPE lucid_subscription_lag gauge"]
-    subs = runtime().websub.subscriptions()
-    lines += [f'lucid_subscription_lag{{subscription="{s["id"]}",state="{s["state"]}"}} {s["lag"]}' for s in subs]
-    lines += ["# HELP lucid_subscription_delivered_total Patches delivered to the subscription.",
-              "# TYPE lucid_subscription_delivered_total counter"]
-    lines += [f'lucid_subscription_delivered_total{{subscription="{s["id"]}"}} {s["delivered"]}' for s in subs]
-    lines += ["# HELP lucid_subscription_failures_total Failed delivery attempts.",
-              "# TYPE lucid_subscription_failures_total counter"]
-    lines += [f'lucid_subscription_failures_total{{subscription="{s["id"]}"}} {s["failures"]}' for s in subs]
-    lines += ["# HELP lucid_subscription_last_success_timestamp_seconds Time of the last delivery.",
-              "# TYPE lucid_subscription_last_success_timestamp_seconds gauge"]
-    from datetime import datetime
-
-    for s in subs:
-        if s["last_success_at"]:
-            stamp = datetime.fromisoformat(s["last_success_at"]).timestamp()
-            lines.append(f'lucid_subscription_last_success_timestamp_seconds{{subscription="{s["id"]}"}} {stamp:.3f}')
-    lines += _mirror_metrics()
-    return Response("\n".join(lines) + "\n", mimetype="text/plain; version=0.0.4")
+    """Prometheus text format (docs/operations.md lists the metrics); with LUCID_METRICS_PORT
+    only there, so that an Ingress in front of this port does not publish them."""
+    port = runtime().settings.metrics_port
+    if port:
+        return plain(404, f"metrics are served on port {port}")
+    return Response(runtime().metrics.render(), content_type=CONTENT_TYPE)
 
 
-def _mirror_metrics() -> list[str]:
-    """Mirrors in aggregate: their ids are part of their callback URLs, not for this page."""
-    from collections import Counter
+def init_request_observation(app: Flask) -> None:
+    """Every answered request: counted and timed in the metrics, and one access-log record.
+    Routes are recorded as their templates (`/callback/<mirror_id>`), never as the path: a
+    mirror's callback path is its secret, and query strings may name graphs."""
+    access = logging.getLogger("lucid_hub.access")
+    metrics = app.extensions["lucid"].metrics
 
-    from lucid_hub.mirror import list_mirrors
+    @app.before_request
+    def started() -> None:
+        g.lucid_started = time.perf_counter()
 
-    mirrors = list_mirrors(runtime().db)
-    lines = ["# HELP lucid_mirrors Mirrors of other hubs' graphs, by state.", "# TYPE lucid_mirrors gauge"]
-    states = Counter(m["state"] for m in mirrors)
-    lines += [f'lucid_mirrors{{state="{state}"}} {count}' for state, count in sorted(states.items())]
-    for key, meaning in (("applied", "Patches verified and applied to mirrors."),
-                         ("quarantined", "Delivered patches mirrors refused to apply."),
-                         ("hmac_failures", "Deliveries with a wrong HMAC, ignored.")):
-        lines += [f"# HELP lucid_mirror_{key}_total {meaning}", f"# TYPE lucid_mirror_{key}_total counter",
-                  f"lucid_mirror_{key}_total {sum(int(m[key]) for m in mirrors)}"]
-    return lines
-
+    @app.after_request
+    def observed(response: Response) -> Response:
+        seconds = time.perf_counter() - g.pop("lucid_started", time.perf_counter())
+        route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        metrics.http_requests.labels(request.method, route, str(response.status_code)).inc()
+        metrics.http_seconds.labels(route).observe(seconds)
+        if access.isEnabledFor(logging.INFO):
+            access.info("%s %s %d", request.method, route, response.status_code, extra={
+                "method": request.method, "route": route, "status": response.status_code,
+                "duration_ms": round(seconds * 1000, 2), "remote": request.remote_addr,
+                **({"request_id": response.headers["X-Request-Id"]} if "X-Request-Id" in response.headers else {})})
+        return response

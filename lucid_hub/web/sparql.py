@@ -63,6 +63,7 @@ def _query(query: str) -> Response:
     if re.search(r"\bSERVICE\b", query, re.IGNORECASE):
         raise InputError("SERVICE is not allowed (the hub does not fetch URLs for queries)")
     rt = runtime()
+    rt.publisher.sync_all()  # another process of this hub (or another hub on the database) may have published
     readable = [ox.NamedNode(g.iri) for g in rt.publisher.graphs() if not g.iri.startswith(RESERVED_PREFIX)
                 and rt.policies.decide(caller.key, g.iri, "read")[0]]
     try:

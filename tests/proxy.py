@@ -1,0 +1,71 @@
+"""A loopback HTTP proxy in front of a hub, for tests of what happens on the way: it alters
+the next POST body it is told to (a delivery tampered with in flight), and holds archive
+reads while told to (a partner's catch-up that takes its time)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
+
+from lucid_hub.loopback import free_port
+
+HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-encoding")
+
+
+class LoopbackProxy:
+    def __init__(self, target: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.alter_next = threading.Event()  # set: the next POST with a literal gets one changed
+        self.altered = 0
+        self.hold = threading.Event()  # set: GET /patches… waits until `released`
+        self.held = threading.Event()
+        self.released = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+                if method == "POST" and proxy.alter_next.is_set() and b'"' in body:
+                    proxy.alter_next.clear()
+                    proxy.altered += 1
+                    body = body.replace(b'"', b'"X', 1)  # one literal changed in flight
+                if method == "GET" and self.path.startswith("/patches") and proxy.hold.is_set():
+                    proxy.held.set()
+                    proxy.released.wait(60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in HOP_BY_HOP:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+            def do_HEAD(self) -> None:
+                self._forward("HEAD")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
