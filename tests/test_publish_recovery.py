@@ -9,14 +9,17 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import requests
 
 from lucid_hub.config import Settings
-from lucid_hub.errors import ConflictError
+from lucid_hub.db.models import Mirror
+from lucid_hub.errors import ConflictError, NotFoundError
 from lucid_hub.loopback import free_port, wait_for_port
+from lucid_hub.publish.service import MirroredGraphError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import graph_msgs
 from lucid_hub.runtime import Runtime
@@ -152,7 +155,7 @@ def test_two_hub_processes_on_one_database_serialise_by_compare_and_set(tmp_path
         from dataclasses import replace
 
         with pytest.raises(ConflictError):
-            a.publisher._append(replace(stale, message="stale"))
+            a.publisher._append(replace(stale, message="stale"), local=True)
         third = a.publisher.drop(G, author="a", message="")
         assert third is not None and third.prev == second.id
         assert_consistent(a)
@@ -160,6 +163,37 @@ def test_two_hub_processes_on_one_database_serialise_by_compare_and_set(tmp_path
     finally:
         a.close()
         b.close()
+
+
+def test_a_graph_mirrored_by_another_process_refuses_local_changes_at_once(tmp_path: Path, db_url: str) -> None:
+    # Process a has not looked at the mirrors table since b added a mirror (it looks again
+    # within a second): the compare-and-set itself refuses a's change, for an existing graph
+    # and for a new one, and nothing is archived.
+    a = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "a"), "LUCID_DATABASE_URL": db_url}))
+    try:
+        first = a.publisher.replace(G, graph_msgs(parse_nt(V1), a.canonicalizer), author="a", message="")
+        assert first is not None
+        a.publisher.read_only = lambda _graph: False  # a's view of the mirrors table, a moment old
+        other = "http://ex/graphs/other"
+        with a.db.session() as session:  # what `mirror add` in process b writes
+            for n, graph in enumerate((G, other)):
+                session.add(Mirror(id=f"m{n}", graph=graph, hub_url="https://p.example/hub",
+                                   publisher_url="https://p.example", client_id="c", client_secret="s", jwks="{}",
+                                   hmac_secret="h", state="new", last_error="", applied_total=0, quarantined_total=0,
+                                   hmac_failures_total=0, created_at=datetime.now(UTC)))
+        change = graph_msgs(parse_nt(V1 + '<http://ex/o2> <http://ex/status> "new" .\n'), a.canonicalizer)
+        for graph in (G, other):
+            with pytest.raises(MirroredGraphError, match="mirror of another hub's graph"):
+                a.publisher.replace(graph, change, author="a", message="")
+        bare = f"H prev <{first.id}> .\nTX .\nA <http://ex/o3> <http://ex/p> \"x\" .\nTC .\n".encode()
+        with pytest.raises(MirroredGraphError):
+            a.publisher.upload(G, bare, author="a", message="")
+        assert a.publisher.head(G) == first.id and len(a.publisher.history(G)) == 1
+        with pytest.raises(NotFoundError):
+            a.publisher.head(other)  # the first patch's graph row was rolled back with it
+        assert_consistent(a)
+    finally:
+        a.close()
 
 
 @pytest.mark.slow

@@ -132,7 +132,7 @@ def test_a_mirror_hub_with_worker_processes_subscribes_once_and_streams_every_pa
         assert globex.mirrors()[0]["head"] == heads[-1]
         refused = fresh("PUT", f"{globex.url}/graphs", params={"graph": G}, data=b"<a:b> <a:c> <a:d> .",
                         headers={**globex.http.headers, "Content-Type": "application/n-triples"})
-        assert refused.status_code == 409  # a mirror is read-only in every process
+        assert refused.status_code == 409, refused.text  # a mirror is read-only in every process
     finally:
         if stream is not None:
             stream.close()

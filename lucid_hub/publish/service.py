@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from lucid_hub.db.models import Graph, LogEntry, Outbox, PatchRecord
+from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord
 from lucid_hub.db.session import Database
 from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import diff_msgs
@@ -62,6 +62,14 @@ CAS_ATTEMPTS = 5
 LOCK_STRIPES = 64
 
 
+class MirroredGraphError(ConflictError):
+    """A local change of a mirrored graph (HTTP 409): it changes only through its publisher."""
+
+
+def _read_only(graph: str) -> MirroredGraphError:
+    return MirroredGraphError(f"<{graph}> is a mirror of another hub's graph: it changes only through its publisher")
+
+
 def _crash_point(name: str, graph: str) -> None:
     # The hub's own graphs (the policy graph, published at start) never crash: the points are
     # for the publishes a test makes.
@@ -77,6 +85,12 @@ _ADVANCE = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head == bindp
 _ADVANCE_FIRST = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head.is_(None))
                   .values(head=bindparam("new"), length=Graph.length + 1, updated_at=bindparam("now"))
                   .returning(Graph.length))
+# A local change advances the head only if the graph is not mirrored, decided in the same
+# statement: another process of the hub may have added the mirror a moment ago.
+_NOT_MIRRORED = ~exists().where(Mirror.graph == bindparam("g"))
+_ADVANCE_LOCAL = _ADVANCE.where(_NOT_MIRRORED)
+_ADVANCE_FIRST_LOCAL = _ADVANCE_FIRST.where(_NOT_MIRRORED)
+_MIRRORED = select(Mirror.id).where(Mirror.graph == bindparam("g"))
 _INSERT_PATCH = insert(PatchRecord)
 _INSERT_LOG = insert(LogEntry)
 _INSERT_OUTBOX = insert(Outbox)
@@ -198,8 +212,10 @@ class Publisher:
         self.relay_enabled = True
 
     def _check_writable(self, graph: str) -> None:
+        """Refuse a change of a mirrored graph early (before its diff). `read_only` may be a
+        second behind; `_append` decides for certain, in the compare-and-set."""
         if self.read_only(graph):
-            raise ConflictError(f"<{graph}> is a mirror of another hub's graph: it changes only through its publisher")
+            raise _read_only(graph)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -291,7 +307,9 @@ class Publisher:
                 patch = sign_patch(change.to_patch(head, author=author, message=message), self.key)
                 plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
                 try:
-                    self._append(patch)
+                    self._append(patch, local=True)
+                except MirroredGraphError:
+                    raise
                 except ConflictError:
                     if attempt + 1 == CAS_ATTEMPTS:
                         raise
@@ -355,7 +373,7 @@ class Publisher:
             patch = read_rdf_patch(raw, self.canonicalizer)
             if patch.signature is not None:
                 self.trusted.verify(patch.id, patch.signature)
-            return self._archive_as_is(patch, origin="published")
+            return self._archive_as_is(patch, origin="published", local=True)
         prev = doc.iri("prev")
         change = GraphChange(graph, tuple(doc.removed), tuple(doc.added))
         return self.publish(graph, lambda _view: change, author=author, message=message,
@@ -376,7 +394,7 @@ class Publisher:
             self.store.drop(graph)
             self.cache.drop(graph)
 
-    def _archive_as_is(self, patch: Patch, sync: bool = True, *, origin: str) -> Patch:
+    def _archive_as_is(self, patch: Patch, sync: bool = True, *, origin: str, local: bool = False) -> Patch:
         if patch.signature is None:
             patch = sign_patch(patch, self.key)
         with self._writing(patch.graph):
@@ -387,7 +405,7 @@ class Publisher:
                 raise ConflictError(
                     f"patch follows {patch.prev or 'nothing'}, but <{patch.graph}> is at {head}", head)
             plan = self.store.check(patch, head)  # planned once, applied as planned
-            self._append(patch)
+            self._append(patch, local=local)
             _crash_point("after-archive-commit", patch.graph)
             self.store.apply(patch, plan)
             self.cache.advance(patch)
@@ -406,8 +424,9 @@ class Publisher:
             except Exception:  # a listener's failure is its own; the patch is archived
                 log.exception("patch listener failed")
 
-    def _append(self, patch: Patch) -> None:
+    def _append(self, patch: Patch, *, local: bool) -> None:
         """Archive the patch and advance the head by compare-and-set, in one transaction.
+        A `local` change (not a mirror's) also requires that the graph is not mirrored.
 
         With the embedded SQL log the log entry is written in the same transaction (the log
         is its own outbox); with an external log an outbox row is, and the relay follows.
@@ -420,11 +439,15 @@ class Publisher:
                 if patch.prev is None:
                     conn.execute(self._insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
                                                              updated_at=now).on_conflict_do_nothing())
-                    seq = conn.execute(_ADVANCE_FIRST, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
+                    advance = _ADVANCE_FIRST_LOCAL if local else _ADVANCE_FIRST
+                    seq = conn.execute(advance, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
                 else:
-                    seq = conn.execute(_ADVANCE, {"g": patch.graph, "prev": patch.prev, "new": patch.id,
-                                                  "now": now}).scalar()
+                    advance = _ADVANCE_LOCAL if local else _ADVANCE
+                    seq = conn.execute(advance, {"g": patch.graph, "prev": patch.prev, "new": patch.id,
+                                                 "now": now}).scalar()
                 if seq is None:
+                    if local and conn.execute(_MIRRORED, {"g": patch.graph}).first() is not None:
+                        raise _read_only(patch.graph)  # rolls back the graph row a first patch made
                     current = conn.execute(select(Graph.head).where(Graph.iri == patch.graph)).scalar()
                     raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff", current)
                 conn.execute(_INSERT_PATCH, {
