@@ -139,6 +139,12 @@ def _endpoints(hub: RunningHub, graph: str, patch_id: str) -> list[tuple[str, st
         ("GET", "/admin/clients", {}, "admin"),
         ("POST", "/admin/clients", {"json": {"name": "m"}}, "admin"),
         ("DELETE", "/admin/clients/lc-none", {}, "admin"),
+        ("GET", f"/mirrors/events{q}", {}, "graphs:read"),
+        ("GET", "/admin/mirrors", {}, "admin"),
+        ("POST", "/admin/mirrors", {"json": {}}, "admin"),
+        ("POST", "/admin/mirrors/none/trust", {"json": {}}, "admin"),
+        ("GET", "/admin/mirrors/none/quarantine", {}, "admin"),
+        ("DELETE", "/admin/mirrors?id=none", {}, "admin"),
     ]
 
 
