@@ -103,3 +103,42 @@ def test_a_consumers_position_advances_with_each_poll(patch_log: PatchLog) -> No
     consumer.close()
     assert [r.patch_id for r in got] == [r.patch_id for r in records("http://ex/a", 6)]
     assert later == []
+
+
+def test_a_groups_sql_consumers_commit_concurrently_and_the_offset_never_goes_back(db_url: str) -> None:
+    """Delivery workers of one group commit at the same moments, their first commit too; a
+    commit of an earlier position (a slower worker) leaves the later one in place."""
+    import threading
+
+    from lucid_hub.log.sql import SqlPatchLog
+
+    db = Database(db_url)
+    db.upgrade()
+    try:
+        sql_log = SqlPatchLog(db)
+        sql_log.append(records("http://ex/a", 8))
+        got = drain(sql_log.consumer("reader"), 8)
+        errors: list[Exception] = []
+        for round_ in range(10):
+            group = f"group-race-{round_}"
+            consumers = [sql_log.consumer(group) for _ in range(4)]
+            barrier = threading.Barrier(len(consumers))
+
+            def commit(n: int, consumer: LogConsumer, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                try:
+                    consumer.commit(got[: n + 2])
+                except Exception as exc:  # collected and asserted below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=commit, args=(n, c)) for n, c in enumerate(consumers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            consumers[0].commit(got[:1])  # behind every commit above
+            after = sql_log.consumer(group)
+            assert [r.patch_id for r in drain(after, 3)] == [r.patch_id for r in got[5:]]  # after the 5th
+    finally:
+        db.dispose()

@@ -406,8 +406,9 @@ def test_workers_share_delivery_and_a_killed_worker_loses_nothing(tmp_path: Path
         callback.wait(lambda: len(active(hub)) == 1)
         worker_env = {**os.environ, **env, "LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": db_url,
                       "LUCID_PUBLIC_URL": hub.url}
+        logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("w1", "w2")}
         workers = {name: subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "worker", "--name", name],
-                                          env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                          env=worker_env, stdout=subprocess.DEVNULL, stderr=logs[name])
                    for name in ("w1", "w2")}
         try:
             release = threading.Event()
@@ -420,7 +421,12 @@ def test_workers_share_delivery_and_a_killed_worker_loses_nothing(tmp_path: Path
             workers[holder].kill()  # SIGKILL: no clean-up, its claim simply runs out
             workers[holder].wait(30)
             release.set()
-            callback.wait(lambda: [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries][-1:] == ids[-1:], 60)
+            try:
+                callback.wait(lambda: [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries][-1:] == ids[-1:], 60)
+            except AssertionError:
+                raise AssertionError(f"the surviving worker did not deliver; its log: "
+                                     f"{(tmp_path / f'{next(n for n in workers if n != holder)}.log').read_text()}"
+                                     ) from None
             received = [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries]
             assert list(dict.fromkeys(received)) == ids  # all, in chain order
             assert len(received) <= len(ids) + 1  # at most one repeat: the patch in flight
@@ -433,6 +439,8 @@ def test_workers_share_delivery_and_a_killed_worker_loses_nothing(tmp_path: Path
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(30)
+            for out in logs.values():
+                out.close()
 
 
 def test_a_worker_delivers_from_the_kafka_log(tmp_path: Path, kafka_bootstrap: str, callback: Callback) -> None:

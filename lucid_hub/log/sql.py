@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, case, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -85,12 +85,16 @@ class SqlLogConsumer:
         if not records:
             return
         last = max(int(r.position) for r in records)
+        # One upsert that never moves the offset back: the group's consumers (delivery
+        # workers) commit concurrently, the first commit included (a read, then an insert,
+        # let two workers started together collide on the group's row, and one exited).
+        insert = pg_insert if self.db.engine.dialect.name == "postgresql" else sqlite_insert
+        statement = insert(LogOffset).values(group=self.group, offset=last)
+        later = case((statement.excluded.offset > LogOffset.offset, statement.excluded.offset),
+                     else_=LogOffset.offset)
         with self.db.session() as session:
-            row = session.get(LogOffset, self.group)
-            if row is None:
-                session.add(LogOffset(group=self.group, offset=last))
-            elif last > row.offset:
-                row.offset = last
+            session.execute(statement.on_conflict_do_update(index_elements=[LogOffset.group],
+                                                            set_={"offset": later}))
 
     def close(self) -> None:
         self._closed.set()
