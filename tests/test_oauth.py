@@ -154,6 +154,25 @@ def test_revoked_token_is_refused_when_replayed_and_introspects_inactive(hub: Ru
     for junk in ("garbage", token):
         assert requests.post(f"{hub.url}/oauth/revoke", data={"token": junk}, auth=(record.client_id, secret),
                              timeout=30).status_code == 200
+    # the same revocation several times at once (a retrying client, several hub processes)
+    fresh = token_response(hub, record.client_id, secret).json()["access_token"]
+    principal = hub.runtime.tokens.validate(fresh)
+    barrier = threading.Barrier(6)
+    errors: list[Exception] = []
+
+    def revoke() -> None:
+        barrier.wait()
+        try:
+            hub.runtime.tokens.revoke(principal)
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=revoke) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and get_graph(hub, fresh).status_code == 401
 
 
 def test_revocation_survives_a_restart(tmp_path: Path, db_url: str) -> None:

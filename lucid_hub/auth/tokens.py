@@ -272,8 +272,8 @@ class TokenService:
             # Forget revocations of tokens that have expired anyway (here, where the table is
             # written, not in the reload that runs on the request path).
             session.execute(delete(RevokedToken).where(RevokedToken.expires_at < datetime.now(UTC)))
-            if session.get(RevokedToken, principal.jti) is None:
-                session.add(RevokedToken(jti=principal.jti, expires_at=expires, revoked_at=datetime.now(UTC)))
+            session.execute(self.db.insert(RevokedToken).values(  # revoked twice at once: one row
+                jti=principal.jti, expires_at=expires, revoked_at=datetime.now(UTC)).on_conflict_do_nothing())
         with self._lock:
             self._revoked[principal.jti] = principal.expires_at
 

@@ -49,6 +49,13 @@ class Database:
         with self._sessions.begin() as session:
             yield session
 
+    def insert(self, table: Any) -> Any:
+        """An INSERT with this dialect's ON CONFLICT clauses (PostgreSQL and SQLite spell them
+        alike): writes that other processes of the hub may make at the same moment."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        return (postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert)(table)
+
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A write transaction (SQLAlchemy Core), committed on success."""

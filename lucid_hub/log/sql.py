@@ -6,8 +6,6 @@ import threading
 import time
 
 from sqlalchemy import bindparam, case, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from lucid_hub.db.models import LogEntry, LogOffset
@@ -28,11 +26,10 @@ class SqlPatchLog:
     def append(self, records: list[LogRecord]) -> None:
         if not records:
             return
-        insert = pg_insert if self.db.engine.dialect.name == "postgresql" else sqlite_insert
         rows = [{"graph": r.graph, "patch_id": r.patch_id, "body": r.body} for r in records]
         with self.db.session() as session:
             # Appending again after a crash is a no-op, not a duplicate.
-            session.execute(insert(LogEntry).values(rows).on_conflict_do_nothing(index_elements=["patch_id"]))
+            session.execute(self.db.insert(LogEntry).values(rows).on_conflict_do_nothing(index_elements=["patch_id"]))
 
     def consumer(self, group: str) -> SqlLogConsumer:
         return SqlLogConsumer(self.db, group)
@@ -88,8 +85,7 @@ class SqlLogConsumer:
         # One upsert that never moves the offset back: the group's consumers (delivery
         # workers) commit concurrently, the first commit included (a read, then an insert,
         # let two workers started together collide on the group's row, and one exited).
-        insert = pg_insert if self.db.engine.dialect.name == "postgresql" else sqlite_insert
-        statement = insert(LogOffset).values(group=self.group, offset=last)
+        statement = self.db.insert(LogOffset).values(group=self.group, offset=last)
         later = case((statement.excluded.offset > LogOffset.offset, statement.excluded.offset),
                      else_=LogOffset.offset)
         with self.db.session() as session:

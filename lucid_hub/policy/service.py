@@ -80,12 +80,9 @@ class PolicyService:
             self._head = self._policy_version()
             self._publish(conditions, author=f"policies directory {directory}",
                           message=f"loaded {len(conditions)} access conditions from {directory}")
-            with self.db.session() as session:
-                row = session.get(HubState, DIGEST_KEY)
-                if row is None:
-                    session.add(HubState(key=DIGEST_KEY, value=digest))
-                else:
-                    row.value = digest
+            with self.db.session() as session:  # hubs on one database may start together
+                session.execute(self.db.insert(HubState).values(key=DIGEST_KEY, value=digest)
+                                .on_conflict_do_update(index_elements=[HubState.key], set_={"value": digest}))
             return f"loaded {len(conditions)} access conditions from {directory}"
         self.refresh(every=0)
         return f"{len(self.engine.conditions)} access conditions from the policy graph ({directory} unchanged)"

@@ -437,7 +437,7 @@ class Publisher:
         try:
             with self.db.write() as conn:
                 if patch.prev is None:
-                    conn.execute(self._insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
+                    conn.execute(self.db.insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
                                                              updated_at=now).on_conflict_do_nothing())
                     advance = _ADVANCE_FIRST_LOCAL if local else _ADVANCE_FIRST
                     seq = conn.execute(advance, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
@@ -461,11 +461,6 @@ class Publisher:
                     conn.execute(_INSERT_OUTBOX, {"patch_id": patch.id, "graph": patch.graph})
         except IntegrityError:
             raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff") from None
-
-    def _insert(self, table: Any) -> Any:
-        from sqlalchemy.dialects import postgresql, sqlite
-
-        return (postgresql.insert if self.db.engine.dialect.name == "postgresql" else sqlite.insert)(table)
 
     # --- catching up ---------------------------------------------------------------------
 
