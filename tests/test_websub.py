@@ -526,3 +526,38 @@ def test_publish_notices_need_write_access(ws_hub: RunningHub, callback: Callbac
     unknown = hub.http.post(f"{hub.url}/hub", data={"hub.mode": "publish", "hub.url": "http://ex/none"}, timeout=30)
     assert unknown.status_code == 404
     assert requests.post(f"{hub.url}/hub", data=notice, timeout=30).status_code == 401
+
+
+def test_the_same_subscription_verified_at_once_is_one_renewed_subscription(tmp_path: Path, db_url: str) -> None:
+    """A replayed subscription request: both verifications succeed at the same moment; the
+    subscription exists once, with one of the requests' secrets, and neither is an error."""
+    from sqlalchemy import select as sa_select
+
+    from lucid_hub.db.models import Subscription
+    from lucid_hub.delivery.hub import Request as SubscriptionRequest
+
+    with running_hub(tmp_path / "data", db_url, {"LUCID_DEV_MODE": "1"}) as hub:
+        publish(hub, "0")
+        websub = hub.runtime.websub
+        requests_ = [SubscriptionRequest("subscribe", G, G, "http://127.0.0.1:9/callback", 3600, f"secret-{n}",
+                                         "application/rdf-patch", "partner-account", "lc-partner",
+                                         frozenset({"partner"})) for n in range(4)]
+        barrier = threading.Barrier(len(requests_))
+        errors: list[Exception] = []
+
+        def record(request: SubscriptionRequest) -> None:
+            barrier.wait()
+            try:
+                websub._subscribe(request)
+            except Exception as exc:  # collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=record, args=(r,)) for r in requests_]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        with hub.runtime.db.session() as session:
+            rows = session.scalars(sa_select(Subscription)).all()
+            assert len(rows) == 1 and rows[0].secret in {r.secret for r in requests_}

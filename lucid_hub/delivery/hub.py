@@ -29,6 +29,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import requests
 import urllib3
 from sqlalchemy import Table, bindparam, case, delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, PatchRecord, Subscription
@@ -303,6 +304,14 @@ class WebSubHub:
             self._unsubscribe(request)
 
     def _subscribe(self, request: Request) -> None:
+        try:
+            self._record_subscription(request)
+        except IntegrityError:  # the same subscription, verified at the same moment (a replay):
+            self._record_subscription(request)  # it exists now; this request renews it
+        self._subscribed = self._subscribed | {request.graph}
+        self._wake.set()
+
+    def _record_subscription(self, request: Request) -> None:
         with self.db.session() as session:
             graph = session.get(Graph, request.graph)
             length = graph.length if graph is not None else 0
@@ -323,8 +332,6 @@ class WebSubHub:
                 row.groups = " ".join(sorted(request.groups))
                 row.secret, row.media_type = request.secret, request.media_type
                 row.state, row.lease_expires_at, row.attempts, row.next_attempt_at = "active", expires, 0, now()
-        self._subscribed = self._subscribed | {request.graph}
-        self._wake.set()
 
     def _graph_changed(self, patch: Any) -> None:
         """A publisher's listener: a new patch wakes the deliverer if its graph has subscribers
