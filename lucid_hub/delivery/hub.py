@@ -298,10 +298,13 @@ class WebSubHub:
             confirmed = False
         if not confirmed:
             return
-        if request.mode == "subscribe":
-            self._subscribe(request)
-        else:
-            self._unsubscribe(request)
+        try:
+            if request.mode == "subscribe":
+                self._subscribe(request)
+            else:
+                self._unsubscribe(request)
+        except Exception:  # in a pool thread: said here, or nowhere (the request was answered 202)
+            log.exception("recording a verified %s to <%s> failed", request.mode, request.graph)
 
     def _subscribe(self, request: Request) -> None:
         try:
