@@ -105,8 +105,12 @@ def test_clients_through_the_admin_api(hub: RunningHub) -> None:
     listed = hub.http.get(f"{hub.url}/admin/clients", timeout=30)
     assert body["client_id"] in listed.text and body["client_secret"] not in listed.text
     assert "secret" not in listed.text
-    for bad in ({"name": "x", "scopes": ["root"]}, {"groups": ["g"]}, {"name": "x", "callback_prefixes": ["ftp://x"]}):
+    for bad in ({"name": "x", "scopes": ["root"]}, {"groups": ["g"]}, {"name": "x", "callback_prefixes": ["ftp://x"]},
+                ["x"]):
         assert hub.http.post(f"{hub.url}/admin/clients", json=bad, timeout=30).status_code == 400
+    not_json = hub.http.post(f"{hub.url}/admin/clients", data=b"{name", timeout=30,
+                             headers={"Content-Type": "application/json"})
+    assert not_json.status_code == 400 and "not JSON" in not_json.text
     assert hub.http.delete(f"{hub.url}/admin/clients/{body['client_id']}", timeout=30).status_code == 204
     assert hub.http.delete(f"{hub.url}/admin/clients/{body['client_id']}", timeout=30).status_code == 404
 

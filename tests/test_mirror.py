@@ -239,6 +239,8 @@ def test_the_admin_api_refuses_bad_mirror_requests(hubs: tuple[RunningHub, Runni
     assert reader.get(url, timeout=30).status_code == 403
     bad = partner.http.post(url, data=b"{not json", headers={"Content-Type": "application/json"}, timeout=30)
     assert bad.status_code == 400 and "JSON" in bad.text
+    listed = partner.http.post(url, json=[{"hub": f"{publisher.url}/hub"}], timeout=30)
+    assert listed.status_code == 400 and "must be a JSON object" in listed.text and "client_id" in listed.text
     assert partner.http.post(url, json={"hub": f"{publisher.url}/hub", "graph": G}, timeout=30).status_code == 400
     client_id, secret = partner_client(publisher, partner, grant=False)
     wrong = partner.http.post(url, json={"hub": f"{publisher.url}/hub", "graph": G, "client_id": client_id,

@@ -19,7 +19,7 @@ from lucid_hub.policy.engine import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
 from lucid_hub.signing import write_private
 from lucid_hub.web.authz import author, require_scope
-from lucid_hub.web.common import negotiate, runtime
+from lucid_hub.web.common import json_object_body, negotiate, runtime
 
 api = Blueprint("admin_api", __name__, url_prefix="/admin")
 ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates")
@@ -153,12 +153,10 @@ def list_clients() -> Response:
 
 @api.post("/clients")
 def create_client() -> Response:
-    try:
-        data = json.loads(request.get_data(cache=False))
-    except ValueError as exc:
-        raise InputError(f"request body is not JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        raise InputError('send {"name": ..., "groups": [...], "scopes": [...], "callback_prefixes": [...]}')
+    usage = '{"name": ..., "groups": [...], "scopes": [...], "callback_prefixes": [...]}'
+    data = json_object_body(usage)
+    if not isinstance(data.get("name"), str):
+        raise InputError(f"send {usage}")
     lists = {}
     for key in ("groups", "scopes", "callback_prefixes"):
         value = data.get(key)

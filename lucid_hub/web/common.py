@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pyoxigraph as ox
@@ -25,6 +27,17 @@ MESSAGE_HEADER = "X-Lucid-Message"
 def runtime() -> Runtime:
     rt: Runtime = current_app.extensions["lucid"]
     return rt
+
+
+def json_object_body(expected: str) -> dict[str, Any]:
+    """The request body as a JSON object (an empty body: {}); 400 naming `expected` otherwise."""
+    try:
+        body: Any = json.loads(request.get_data(cache=False) or b"{}")
+    except ValueError as exc:
+        raise InputError(f"request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InputError(f"request body must be a JSON object: {expected}")
+    return body
 
 
 def graph_param() -> str:

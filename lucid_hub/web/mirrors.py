@@ -3,15 +3,12 @@ API (`/admin/mirrors`), and the local event stream of applied patches (`/mirrors
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from lucid_hub.errors import InputError
 from lucid_hub.mirror.service import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
 from lucid_hub.web.authz import authorized_graph, require_scope
-from lucid_hub.web.common import runtime
+from lucid_hub.web.common import json_object_body, runtime
 
 blueprint = Blueprint("mirrors", __name__)
 
@@ -59,12 +56,7 @@ def admin_list() -> Response:
 @blueprint.post("/admin/mirrors")
 def admin_add() -> tuple[Response, int]:
     require_scope("admin")
-    try:
-        body: Any = json.loads(request.get_data(cache=False) or b"{}")
-    except ValueError as exc:
-        raise InputError(f"request body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InputError("request body must be a JSON object")
+    body = json_object_body('{"client_id": ..., "client_secret": ..., "hub": ..., "graph": ...} or "from"')
     for name in ("client_id", "client_secret"):
         if not isinstance(body.get(name), str) or not body[name]:
             raise InputError(f"{name} is required")
@@ -82,11 +74,8 @@ def admin_add() -> tuple[Response, int]:
 def admin_trust(mirror_id: str) -> Response:
     """Pin the publisher's keys again: {"jwks": URL, "replace": false} (`mirror trust`)."""
     require_scope("admin")
-    try:
-        body: Any = json.loads(request.get_data(cache=False) or b"{}")
-    except ValueError as exc:
-        raise InputError(f"request body is not JSON: {exc}") from None
-    if not isinstance(body, dict) or not isinstance(body.get("jwks"), str) or not body["jwks"]:
+    body = json_object_body('{"jwks": URL, "replace": false}')
+    if not isinstance(body.get("jwks"), str) or not body["jwks"]:
         raise InputError("jwks (the URL of the publisher's JWKS) is required")
     if not body["jwks"].startswith(("https://", "http://")):
         raise InputError("jwks must be an http(s) URL (files are for the command line)")
