@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from lucid_hub.auth.tokens import TrustedIssuer
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConfigError, StoreError
+from lucid_hub.locks import exclusive
 from lucid_hub.log import PatchLog
 from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
 from lucid_hub.policy.service import PolicyService
@@ -141,12 +141,8 @@ def _open_store(settings: Settings) -> tuple[GraphStore, int]:
 
 @contextlib.contextmanager
 def _startup_lock(data_dir: Path) -> Iterator[None]:
-    with (data_dir / ".startup.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with (data_dir / ".startup.lock").open("a") as handle, exclusive(handle):
+        yield
 
 
 def open_log(settings: Settings, db: Database) -> PatchLog:

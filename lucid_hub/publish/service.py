@@ -12,7 +12,6 @@ outbox again; the log ignores a patch id it already holds (SQL) or consumers dro
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -37,6 +36,7 @@ from lucid_hub.errors import (
     PreconditionFailedError,
     StoreError,
 )
+from lucid_hub.locks import exclusive
 from lucid_hub.log import LogRecord, PatchLog
 from lucid_hub.log.sql import SqlPatchLog
 from lucid_hub.metrics import Metrics
@@ -594,11 +594,8 @@ class Publisher:
                 if handle is None:
                     self.lock_dir.mkdir(parents=True, exist_ok=True)
                     handle = self._stripe_files[stripe] = (self.lock_dir / f"graph-{stripe:02d}.lock").open("a")
-                fcntl.flock(handle, fcntl.LOCK_EX)
-                try:
+                with exclusive(handle):
                     yield
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _lock(self, graph: str) -> threading.Lock:
         with self._locks_guard:
