@@ -91,7 +91,14 @@ def test_a_stopped_worker_finishes_records_and_commits_its_delivery_in_flight(tm
             callback.wait(lambda: len(callback.deliveries) == 2, 60)
             assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == ids
             wait_until(lambda: _port_open(metrics_port), 30, "the worker's metrics listener")
-            scraped = samples(requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text)
+
+            def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+                return samples(requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text)
+
+            # The callback has the POST before the worker has its answer and counts it.
+            wait_until(lambda: value(scrape(), "lucid_deliveries_total", outcome="delivered") >= 1.0, 30,
+                       "the delivery's count")
+            scraped = scrape()
             assert value(scraped, "lucid_deliveries_total", outcome="delivered") == 1.0
             assert value(scraped, "lucid_delivery_seconds_count") == 1.0
             assert requests.get(f"http://127.0.0.1:{metrics_port}/healthz", timeout=10).text == "ok\n"
