@@ -19,7 +19,8 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
-from lucid_hub.errors import ConfigError, PatchSignatureError
+from lucid_hub import nesting
+from lucid_hub.errors import ConfigError, InputError, PatchSignatureError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch, split_wire
@@ -121,9 +122,9 @@ class TrustedKeys:
         if len(parts) != 3 or parts[1] != "" or not all(_canonical_b64(p) for p in (parts[0], parts[2])):
             raise PatchSignatureError("signature is not a detached compact JWS in canonical base64url")
         try:
-            header = json.loads(_b64decode(parts[0]))
-        except ValueError:
-            raise PatchSignatureError("signature header is not JSON") from None
+            header = nesting.loads(_b64decode(parts[0]), "signature header")
+        except InputError:
+            raise PatchSignatureError("signature header is not JSON (or nests too deeply)") from None
         if not isinstance(header, dict) or header.get("alg") != ALGORITHM:
             raise PatchSignatureError(f"signature algorithm must be {ALGORITHM}")
         if set(header) - {"alg", "kid", "typ"}:

@@ -8,6 +8,7 @@ from the database every few seconds from other processes.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import threading
@@ -23,10 +24,11 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 from sqlalchemy import delete, select
 
+from lucid_hub import nesting
 from lucid_hub.auth.clients import ClientRecord
 from lucid_hub.db.models import RevokedToken
 from lucid_hub.db.session import Database
-from lucid_hub.errors import AuthenticationError, ConfigError
+from lucid_hub.errors import AuthenticationError, ConfigError, InputError
 from lucid_hub.signing import ALGORITHM, KeyRing
 
 EXTERNAL_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "Ed25519", "EdDSA"]
@@ -121,9 +123,11 @@ def _strings(value: Any) -> frozenset[str]:
 def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Header and claims of a compact JWS, not yet verified (to choose the keys)."""
     try:
+        for segment in token.split(".")[:2]:  # joserfc parses the header with json: bound it first
+            nesting.check_json(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)), "access token")
         compact = jws.extract_compact(token.encode())
         claims = json.loads(compact.payload)
-    except (JoseError, ValueError):
+    except (JoseError, ValueError, InputError):
         raise AuthenticationError("the access token is not a JWT") from None
     if not isinstance(claims, dict):
         raise AuthenticationError("the access token is not a JWT")

@@ -31,6 +31,7 @@ import pyoxigraph as ox
 import requests
 from sqlalchemy import delete, or_, select, update
 
+from lucid_hub import nesting
 from lucid_hub.auth.client_side import client_credentials_token
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord, Quarantined
@@ -106,9 +107,9 @@ def _load_jwks(source: str, http: requests.Session) -> str:
         except OSError as exc:
             raise InputError(f"cannot read the publisher's keys from {source}: {exc.strerror}") from None
     try:
-        jwks = json.loads(text)
+        jwks = nesting.loads(text, f"the JWKS at {source}")
         TrustedKeys(jwks)
-    except (ValueError, ConfigError) as exc:
+    except (InputError, ConfigError) as exc:
         raise InputError(f"{source}: not a JWKS with an Ed25519 key: {exc}") from None
     return json.dumps(jwks)
 

@@ -16,6 +16,7 @@ from typing import IO, Any, cast
 
 import pyoxigraph as ox
 
+from lucid_hub import nesting
 from lucid_hub.errors import InputError, RdfSyntaxError, UnsupportedRdfError
 
 # Names and media types accepted on the command line and in HTTP content negotiation.
@@ -76,6 +77,8 @@ def read_quads(
     on each quad's text (`has_triple_term`), which is cheaper.
     """
     try:
+        if fmt == ox.RdfFormat.JSON_LD:  # the one RDF syntax oxigraph parses recursively
+            source = _bounded_json(source, name)
         if isinstance(source, Path):
             parser = ox.parse(path=str(source), format=fmt, base_iri=base_iri)
         else:
@@ -93,6 +96,17 @@ def read_quads(
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise RdfSyntaxError(f"{name}: {exc}") from None
+
+
+def _bounded_json(source: bytes | str | IO[bytes] | Path, name: str) -> bytes | str:
+    """A JSON-LD document, read whole (oxigraph does not stream it either) and measured
+    before it is parsed: its nesting drives the parser's recursion (lucid_hub.nesting)."""
+    if isinstance(source, Path):
+        source = source.read_bytes()
+    elif not isinstance(source, bytes | str):
+        source = source.read()
+    nesting.check_json(source, name)
+    return source
 
 
 def has_triple_term(quad: ox.Quad) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, render_template, request, session, url_for
 
+from lucid_hub import nesting
 from lucid_hub.auth.admins import AdminAccounts
 from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError, PolicyError, RateLimitedError
@@ -53,10 +54,7 @@ def _conditions_body() -> list[Condition]:
     if media_type == "text/turtle":
         return parse_turtle(data, "request body", base_iri=runtime().settings.public_url + "/")
     if media_type == "application/json":
-        try:
-            parsed = json.loads(data)
-        except ValueError as exc:
-            raise PolicyError(f"request body is not JSON: {exc}") from None
+        parsed = nesting.loads(data, "request body")
         items = parsed if isinstance(parsed, list) else [parsed]
         return [Condition.from_json(item) for item in items]
     raise InputError(f"send conditions as application/json or text/turtle, not {media_type or '(none)'}")

@@ -7,12 +7,14 @@ from flask import Flask
 from lucid_hub.config import Settings
 from lucid_hub.runtime import Runtime
 from lucid_hub.web import admin, archive, errors, graphs, mirrors, oauth, ops, sparql, websub
+from lucid_hub.web.bodies import BoundedRequest
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
     """A hub app; it opens (and owns) a Runtime unless one is given."""
     settings = settings or Settings.from_env()
     app = Flask("lucid_hub")
+    app.request_class = BoundedRequest
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["lucid"] = runtime or Runtime.open(settings)
     errors.register(app)

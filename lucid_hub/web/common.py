@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -10,6 +9,7 @@ from urllib.parse import quote
 import pyoxigraph as ox
 from flask import current_app, request
 
+from lucid_hub import nesting
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.rdf.syntax import read_quads
 from lucid_hub.runtime import Runtime
@@ -31,10 +31,7 @@ def runtime() -> Runtime:
 
 def json_object_body(expected: str) -> dict[str, Any]:
     """The request body as a JSON object (an empty body: {}); 400 naming `expected` otherwise."""
-    try:
-        body: Any = json.loads(request.get_data(cache=False) or b"{}")
-    except ValueError as exc:
-        raise InputError(f"request body is not JSON: {exc}") from None
+    body: Any = nesting.loads(request.get_data(cache=False) or b"{}", "request body")
     if not isinstance(body, dict):
         raise InputError(f"request body must be a JSON object: {expected}")
     return body

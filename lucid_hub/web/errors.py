@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from lucid_hub import errors as e
+from lucid_hub.web.bodies import BodyTooLarge, BoundedRequest
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +79,16 @@ def register(app: Flask) -> None:
     def http_error(exc: HTTPException) -> Response:
         reason = exc.description or exc.name
         if exc.code == 413:
-            reason = f"request body exceeds the limit of {app.config['MAX_CONTENT_LENGTH']} bytes"
+            if not isinstance(exc, BodyTooLarge):
+                reason = f"the request body exceeds the limit of {app.config['MAX_CONTENT_LENGTH']:,} bytes"
+            if isinstance(request, BoundedRequest):
+                request.drain()
         return text(exc.code or 500, f"{exc.name}: {reason}")
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
+        if isinstance(exc, RecursionError):  # a library recursing on input nobody bounded yet
+            log.warning("input nested too deeply for %s", type(exc).__name__, exc_info=True)
+            return text(400, "the input is nested too deeply to be processed")
         log.exception("internal error")
         return text(500, "internal error (logged on the hub)")
