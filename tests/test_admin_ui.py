@@ -137,6 +137,44 @@ def test_an_admin_edits_a_condition_in_the_browser_and_a_clients_access_changes(
     assert shown("#sign-in") == "Sign in" and "/admin/ui/login" in browser.current_url
 
 
+def test_hostile_values_stay_text_and_no_inline_script_runs_in_the_browser(browser: Any, ui_hub: RunningHub) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    hub = ui_hub
+    iri = "urn:x:'+alert(document.domain)+'"  # closed the quote of the old inline onsubmit
+    label = '<img src=x onerror=alert(1)><script>alert(2)</script>'
+    created = hub.http.post(f"{hub.url}/admin/conditions", timeout=30, json={
+        "iri": iri, "label": label, "requiresGroup": ['"><script>alert(3)</script>'], "readGraph": [G]})
+    assert created.status_code == 201, created.text
+    page = requests.get(f"{hub.url}/admin/ui/login", timeout=30)
+    policy = page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "default-src 'none'" in policy
+    assert "<script>" not in page.text.replace('<script src="/admin/ui/static/admin.js" defer></script>', "")
+    assert "style=" not in page.text and "<style" not in page.text and "onsubmit" not in page.text
+
+    browser.get(f"{hub.url}/admin/ui/login")
+    browser.find_element(By.ID, "username").send_keys("alice")
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "sign-in").click()
+    WebDriverWait(browser, 15).until(ec.presence_of_element_located((By.ID, "new-condition")))
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-iri="{iri}"]')
+    assert label in row.text and '"><script>alert(3)</script>' in row.text  # shown as text
+    assert browser.execute_script("return getComputedStyle(document.body).backgroundColor") == "rgb(246, 247, 249)"
+
+    row.find_element(By.CLASS_NAME, "delete").click()
+    asked = WebDriverWait(browser, 15).until(ec.alert_is_present())
+    assert asked.text == f"Delete {iri}?"  # the question, not the value run as script
+    asked.dismiss()
+    assert iri in [c.iri for c in hub.runtime.policies.conditions()]  # dismissed: nothing deleted
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-iri="{iri}"] .delete').click()
+    WebDriverWait(browser, 15).until(ec.alert_is_present()).accept()
+    assert f"deleted {iri}" in WebDriverWait(browser, 15).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "[role=status]"))).text
+    assert iri not in [c.iri for c in hub.runtime.policies.conditions()]
+
+
 def test_session_cookie_flags_csrf_and_sign_in_limits(tmp_path: Path) -> None:
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'ui.db'}", {"LUCID_AUTH_RATE_LIMIT": "3"}) as hub:
         AdminAccounts(hub.runtime.db).create("alice", PASSWORD)

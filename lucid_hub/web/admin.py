@@ -23,7 +23,7 @@ from lucid_hub.web.authz import author, require_scope
 from lucid_hub.web.common import json_object_body, negotiate, runtime
 
 api = Blueprint("admin_api", __name__, url_prefix="/admin")
-ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates")
+ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates", static_folder="static")
 SESSION_SECRET_FILE = "session-secret"  # noqa: S105 (a file name, not a secret)
 
 

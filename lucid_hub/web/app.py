@@ -6,7 +6,7 @@ from flask import Flask
 
 from lucid_hub.config import Settings
 from lucid_hub.runtime import Runtime
-from lucid_hub.web import admin, archive, errors, graphs, mirrors, oauth, ops, sparql, websub
+from lucid_hub.web import admin, archive, errors, graphs, headers, mirrors, oauth, ops, sparql, websub
 from lucid_hub.web.bodies import BoundedRequest
 
 
@@ -18,6 +18,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["lucid"] = runtime or Runtime.open(settings)
     errors.register(app)
+    headers.register(app)
     ops.init_request_observation(app)
     app.extensions["lucid"].start_delivery(settings.deliver_in_process)
     if app.extensions["lucid"].leader:  # one process of a hub keeps the mirrors and serves the metrics port
