@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from joserfc import jws
-from joserfc.errors import JoseError
+from joserfc.errors import JoseError, SecurityWarning
 from joserfc.jwk import OKPKey
 
 from lucid_hub import nesting
@@ -25,8 +26,13 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch, split_wire
 
-# RFC 9864's fully-specified identifier; the older "EdDSA" is deprecated by it.
+# What this hub signs with: RFC 9864's fully-specified identifier. Verification also accepts
+# the older "EdDSA" (deprecated by RFC 9864, the same algorithm with these keys), which other
+# JOSE implementations and earlier hubs still emit (docs/decisions.md).
 ALGORITHM = "Ed25519"
+VERIFY_ALGORITHMS = ["Ed25519", "EdDSA"]
+# joserfc warns on every EdDSA verification; accepting it is deliberate, said once here.
+warnings.filterwarnings("ignore", message="EdDSA is deprecated", category=SecurityWarning)
 KEY_FILE = "signing-key.pem"
 JWKS_FILE = "jwks.json"
 RETIRED_DIR = "retired"
@@ -125,15 +131,15 @@ class TrustedKeys:
             header = nesting.loads(_b64decode(parts[0]), "signature header")
         except InputError:
             raise PatchSignatureError("signature header is not JSON (or nests too deeply)") from None
-        if not isinstance(header, dict) or header.get("alg") != ALGORITHM:
-            raise PatchSignatureError(f"signature algorithm must be {ALGORITHM}")
+        if not isinstance(header, dict) or header.get("alg") not in VERIFY_ALGORITHMS:
+            raise PatchSignatureError(f"signature algorithm must be {' or '.join(VERIFY_ALGORITHMS)}")
         if set(header) - {"alg", "kid", "typ"}:
             raise PatchSignatureError("signature header has unsupported parameters")
         key = self._keys.get(str(header.get("kid")))
         if key is None:
             raise PatchSignatureError(f"patch signed with unknown key kid={header.get('kid')!r}")
         try:
-            jws.deserialize_compact(signature, key, payload=patch_id.encode(), algorithms=[ALGORITHM])
+            jws.deserialize_compact(signature, key, payload=patch_id.encode(), algorithms=VERIFY_ALGORITHMS)
         except JoseError:
             raise PatchSignatureError(f"invalid signature on patch {patch_id}") from None
         return str(header["kid"])

@@ -55,6 +55,13 @@ def test_client_credentials_give_an_rfc9068_token_the_jwks_verifies(hub: Running
         "grant_type": "client_credentials", "client_id": record.client_id, "client_secret": secret,
         "scope": "graphs:read admin"})
     assert post.status_code == 200 and post.json()["scope"] == "graphs:read"
+    # the scope is stated even when it is what was asked for
+    same = token_response(hub, record.client_id, secret, scope="graphs:write")
+    assert same.status_code == 200 and same.json()["scope"] == "graphs:write"
+    # a known scope the client may not have at all: refused, saying which it may have
+    none = token_response(hub, record.client_id, secret, scope="admin")
+    assert none.status_code == 400 and none.json()["error"] == "invalid_scope", none.text
+    assert "graphs:read graphs:write" in none.json()["error_description"]
     # and the token works
     assert hub.session(body["access_token"]).put(f"{hub.url}/graphs", params={"graph": G}, data=TRIPLE,
                                                  headers=NT, timeout=30).status_code == 201
@@ -96,6 +103,8 @@ def test_bad_tokens_get_401_with_the_reason(hub: RunningHub) -> None:
     own = hub.runtime.keys.active().key
     good = _forged(hub, own)
     assert get_graph(hub, good).status_code == 404  # accepted (the graph does not exist yet)
+    # "EdDSA", RFC 9864's deprecated name of the same algorithm, is accepted too
+    assert get_graph(hub, _forged(hub, own, alg="EdDSA")).status_code == 404
 
     missing = get_graph(hub, None)
     assert missing.status_code == 401 and missing.headers["WWW-Authenticate"] == 'Bearer realm="lucid-hub"'

@@ -66,14 +66,48 @@ def test_non_canonical_base64_in_the_signature_is_rejected(patch, signing_key: S
         TrustedKeys(jwks_of([signing_key])).verify(signed.id, f"{header}..{sig[:-1]}{twin}")
 
 
-def test_eddsa_alg_and_extra_header_parameters_are_rejected(patch, signing_key: SigningKey) -> None:  # type: ignore[no-untyped-def]
+def test_extra_header_parameters_and_other_algorithms_are_rejected(patch, signing_key: SigningKey) -> None:  # type: ignore[no-untyped-def]
+    from joserfc import jws
+    from joserfc.jwk import OctKey
+
+    trusted = TrustedKeys(jwks_of([signing_key]))
+    header = {"alg": "Ed25519", "kid": signing_key.kid, "jku": "https://evil.example/jwks"}
+    token = jws.serialize_compact(header, patch.id.encode(), signing_key.key, algorithms=["Ed25519"])
+    with pytest.raises(PatchSignatureError, match="unsupported parameters"):
+        trusted.verify(patch.id, jws.detach_content(token))
+    hmac_key = OctKey.generate_key(256)
+    forged = jws.serialize_compact({"alg": "HS256", "kid": signing_key.kid}, patch.id.encode(), hmac_key)
+    with pytest.raises(PatchSignatureError, match="algorithm must be Ed25519 or EdDSA"):
+        trusted.verify(patch.id, jws.detach_content(forged))
+
+
+def test_eddsa_the_deprecated_name_verifies_without_a_warning(patch, signing_key: SigningKey,  # type: ignore[no-untyped-def]
+                                                             tmp_path: Path) -> None:
+    """RFC 9864 deprecates "EdDSA" for "Ed25519" (which this hub signs with); signatures of
+    other implementations that still say EdDSA verify, and joserfc's warning is not repeated
+    on every verification (checked in a fresh interpreter where any warning is an error:
+    pytest resets warning filters around each test)."""
+    import subprocess
+    import sys
+
     from joserfc import jws
 
     trusted = TrustedKeys(jwks_of([signing_key]))
-    for header in ({"alg": "EdDSA", "kid": signing_key.kid}, {"alg": "Ed25519", "kid": signing_key.kid, "jku": "https://evil.example/jwks"}):
-        token = jws.serialize_compact(header, patch.id.encode(), signing_key.key, algorithms=[header["alg"]])
-        with pytest.raises(PatchSignatureError):
-            trusted.verify(patch.id, jws.detach_content(token))
+    assert json.loads(base64.urlsafe_b64decode(sign_patch(patch, signing_key).signature.split(".")[0] + "=="))[
+        "alg"] == "Ed25519"
+    token = jws.detach_content(jws.serialize_compact({"alg": "EdDSA", "kid": signing_key.kid}, patch.id.encode(),
+                                                     signing_key.key, algorithms=["EdDSA"]))
+    assert trusted.verify(patch.id, token) == signing_key.kid
+    (tmp_path / "jwks.json").write_text(json.dumps(jwks_of([signing_key])))
+    script = ("import json, sys; from lucid_hub.signing import TrustedKeys; "
+              f"keys = TrustedKeys(json.load(open({str(tmp_path / 'jwks.json')!r}))); "
+              f"print(keys.verify({patch.id!r}, {token!r}))")
+    run = subprocess.run([sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == signing_key.kid, run.stderr[-500:]
+    wrong = jws.serialize_compact({"alg": "EdDSA", "kid": signing_key.kid}, b"urn:sha256:" + b"0" * 64,
+                                  signing_key.key, algorithms=["EdDSA"])
+    with pytest.raises(PatchSignatureError, match="invalid signature"):
+        trusted.verify(patch.id, jws.detach_content(wrong))
 
 
 def test_raw_bytes_are_checked_before_anything_is_parsed(patch, signing_key: SigningKey,  # type: ignore[no-untyped-def]

@@ -29,7 +29,7 @@ from lucid_hub.auth.clients import ClientRecord
 from lucid_hub.db.models import RevokedToken
 from lucid_hub.db.session import Database
 from lucid_hub.errors import AuthenticationError, ConfigError, InputError
-from lucid_hub.signing import ALGORITHM, KeyRing
+from lucid_hub.signing import ALGORITHM, VERIFY_ALGORITHMS, KeyRing
 
 EXTERNAL_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "Ed25519", "EdDSA"]
 LEEWAY = 30  # seconds of clock skew tolerated on exp/nbf/iat
@@ -179,7 +179,10 @@ class TokenService:
         self.audience = issuer
         self.lifetime = lifetime
         self.external = {t.issuer: _ExternalKeys(t) for t in trusted or []}
-        self._own_keys = KeySet.import_key_set(keys.jwks())  # type: ignore[arg-type]
+        # Verification keys without their "alg": a JWK's alg would refuse tokens that name the
+        # same algorithm as "EdDSA" (VERIFY_ALGORITHMS says which names are accepted).
+        self._own_keys = KeySet.import_key_set(
+            {"keys": [{k: v for k, v in jwk.items() if k != "alg"} for jwk in keys.jwks()["keys"]]})
         self._signing = keys.active()
         self._cache: OrderedDict[str, Principal] = OrderedDict()
         self._lock = threading.Lock()
@@ -225,7 +228,7 @@ class TokenService:
         if iss == self.issuer:
             if header.get("typ") != "at+jwt":
                 raise AuthenticationError("the access token is not an RFC 9068 access token (typ at+jwt)")
-            keys, algorithms, audience, mapping = self._own_keys, [ALGORITHM], self.audience, None
+            keys, algorithms, audience, mapping = self._own_keys, VERIFY_ALGORITHMS, self.audience, None
         elif isinstance(iss, str) and iss in self.external:
             external = self.external[iss]
             keys = external.get(header.get("kid"))

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from authlib.integrations.flask_oauth2 import AuthorizationServer
 from authlib.oauth2.rfc6749 import grants
+from authlib.oauth2.rfc6749.errors import InvalidScopeError
 from authlib.oauth2.rfc6750 import BearerTokenGenerator
 from authlib.oauth2.rfc7009 import RevocationEndpoint
 from authlib.oauth2.rfc7662 import IntrospectionEndpoint
@@ -38,6 +39,19 @@ class _Tokens(BearerTokenGenerator):
 
     def _access_token(self, client: ClientRecord, grant_type: str, user: Any, scope: str) -> str:
         return self.tokens.issue(client, scope)
+
+    def generate(self, grant_type: str, client: ClientRecord, user: Any = None, scope: str | None = None,
+                 expires_in: int | None = None, include_refresh_token: bool = True) -> dict[str, Any]:
+        """The token response, which always states the granted scope: RFC 6749 §5.1 requires it
+        whenever it differs from the requested one (authlib leaves it out when it is empty)."""
+        granted = client.get_allowed_scope(scope)
+        if scope and not granted:
+            raise InvalidScopeError(description=f"this client may have none of the scopes {scope[:200]}; "
+                                                f"it may have: {' '.join(client.scopes) or 'none'}")
+        token: dict[str, Any] = super().generate(grant_type, client, user=user, scope=scope, expires_in=expires_in,
+                                                 include_refresh_token=include_refresh_token)
+        token["scope"] = granted
+        return token
 
 
 class _OurTokens:
