@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from lucid_hub.errors import ConfigError
+from lucid_hub.networks import Network, parse_networks
 
 ENV_PREFIX = "LUCID_"
 
@@ -65,8 +67,12 @@ class Settings:
     token_lifetime: int = 3600
     # Trusted external OpenID Connect issuers: a JSON list, or the path of a JSON file (docs/auth.md).
     trusted_issuers: str = ""
-    # Failed token or sign-in attempts per client / address and minute before 429.
+    # Failed token or sign-in attempts per client (or admin) and address, and minute, before
+    # 429; an address as a whole may fail five times as often (lucid_hub.auth.ratelimit).
     auth_rate_limit: int = 10
+    # Proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address, e.g.
+    # the Ingress controller's pods. Empty: the peer's address is the client's.
+    trusted_proxies: str = ""
     # Development mode: the admin session cookie may travel over plain HTTP; WebSub callbacks
     # may be http and on loopback. For demos and tests, never in production.
     dev_mode: bool = False
@@ -100,6 +106,11 @@ class Settings:
     graceful_timeout: int = 30
     # `worker`: port of its own /metrics and /healthz listener (0: none).
     metrics_port: int = 0
+
+    @cached_property
+    def proxies(self) -> list[Network]:
+        """LUCID_TRUSTED_PROXIES as networks."""
+        return parse_networks(self.trusted_proxies)
 
     def spark_settings(self) -> dict[str, str]:
         """LUCID_SPARK_CONF as a dict of `spark.*` settings."""
@@ -163,6 +174,10 @@ class Settings:
             raise ConfigError("LUCID_DELIVERY_MAX_ATTEMPTS, _BACKOFF_BASE and _TIMEOUT must be positive")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
+        try:
+            self.proxies  # noqa: B018 (parsed here so that a bad value stops the start)
+        except ValueError as exc:
+            raise ConfigError(f"LUCID_TRUSTED_PROXIES: {exc}") from None
         if self.mirror_on_revoke not in ("keep", "purge"):
             raise ConfigError("LUCID_MIRROR_ON_REVOKE must be keep or purge")
         if self.log_format not in ("text", "json"):

@@ -215,6 +215,61 @@ def test_brute_force_on_the_token_endpoint_is_rate_limited(tmp_path: Path, db_ur
         assert "too many failed attempts" in blocked.text
 
 
+def _token_from(hub: RunningHub, client_id: str, secret: str, address: str) -> int:
+    """The token endpoint's status for Basic credentials sent as they are (no re-encoding),
+    from `address` as a trusted proxy in front of the hub says (X-Forwarded-For)."""
+    import base64
+
+    basic = base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+    return requests.post(f"{hub.url}/oauth/token", data={"grant_type": "client_credentials"}, timeout=30,
+                         headers={"Authorization": f"Basic {basic}", "X-Forwarded-For": address}).status_code
+
+
+def test_a_stranger_failing_in_a_clients_name_locks_out_the_stranger_not_the_client(tmp_path: Path,
+                                                                                    db_url: str) -> None:
+    env = {"LUCID_AUTH_RATE_LIMIT": "3", "LUCID_TRUSTED_PROXIES": "127.0.0.1/32"}  # the tests' "Ingress"
+    with running_hub(tmp_path / "data", db_url, env) as hub:
+        victim, secret = hub.client("victim")
+        other, other_secret = hub.client("other")
+        stranger, home = "203.0.113.66", "198.51.100.7"
+        assert [_token_from(hub, victim.client_id, "guess", stranger) for _ in range(3)] == [401] * 3
+        assert _token_from(hub, victim.client_id, secret, stranger) == 429  # this name, from there
+        assert _token_from(hub, victim.client_id, secret, home) == 200  # the client, from its own address
+        # the same name percent-encoded (authlib decodes it) is the same name to the limiter
+        encoded = victim.client_id.replace("-", "%2D")
+        assert encoded != victim.client_id and _token_from(hub, encoded, secret, stranger) == 429
+        assert _token_from(hub, encoded, secret, home) == 200
+        # a stranger trying many names is blocked as an address, after five times the limit
+        assert [_token_from(hub, f"lc-guess{i}", "x", stranger) for i in range(11)] == [401] * 11
+        assert _token_from(hub, other.client_id, other_secret, stranger) == 200  # 14 failures so far
+        assert _token_from(hub, "lc-guess-last", "x", stranger) == 401  # the 15th
+        assert _token_from(hub, other.client_id, other_secret, stranger) == 429
+        assert _token_from(hub, other.client_id, other_secret, home) == 200
+
+
+def test_x_forwarded_for_counts_only_from_a_trusted_proxy(tmp_path: Path, db_url: str) -> None:
+    with running_hub(tmp_path / "data", db_url, {"LUCID_AUTH_RATE_LIMIT": "3"}) as hub:
+        victim, secret = hub.client("victim")
+        assert [_token_from(hub, victim.client_id, "guess", f"192.0.2.{i}") for i in range(3)] == [401] * 3
+        # the header is invented by the sender: the peer's own address counts, and is blocked
+        assert _token_from(hub, victim.client_id, secret, "192.0.2.200") == 429
+
+
+@pytest.mark.parametrize(("remote", "forwarded", "expected"), [
+    ("10.0.0.5", ["203.0.113.9"], "203.0.113.9"),  # via the trusted Ingress
+    ("10.0.0.5", ["198.51.100.1, 203.0.113.9"], "203.0.113.9"),  # the left one is the client's claim
+    ("10.0.0.5", ["203.0.113.9, 10.0.0.7"], "203.0.113.9"),  # two trusted hops
+    ("10.0.0.5", ["not-an-address, 203.0.113.9"], "203.0.113.9"),
+    ("10.0.0.5", ["203.0.113.9, junk"], "10.0.0.5"),  # a malformed hop: nothing beyond it
+    ("10.0.0.5", [], "10.0.0.5"),
+    ("192.0.2.1", ["203.0.113.9"], "192.0.2.1"),  # not a trusted proxy: its header is ignored
+])
+def test_client_address_behind_trusted_proxies(remote: str, forwarded: list[str], expected: str) -> None:
+    from lucid_hub.networks import client_address, parse_networks
+
+    assert client_address(remote, forwarded, parse_networks("10.0.0.0/24")) == expected
+
+
 # --- a trusted external issuer (an OpenID Connect provider) --------------------------------
 
 class Issuer:

@@ -20,7 +20,7 @@ from lucid_hub.policy.engine import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
 from lucid_hub.signing import write_private
 from lucid_hub.web.authz import author, require_scope
-from lucid_hub.web.common import json_object_body, negotiate, runtime
+from lucid_hub.web.common import json_object_body, negotiate, request_address, runtime
 
 api = Blueprint("admin_api", __name__, url_prefix="/admin")
 ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates", static_folder="static")
@@ -223,7 +223,7 @@ def login() -> Any:
     if request.method == "POST":
         username = request.form.get("username", "")[:255]
         limiter: FailureLimiter = current_app.extensions["admin_limiter"]
-        keys = (f"addr:{request.remote_addr}", f"admin:{username}")
+        keys = (f"admin {username}", request_address())
         wait = limiter.retry_after(*keys)
         if wait:
             raise RateLimitedError(f"too many failed sign-ins; try again in {wait} s", wait)

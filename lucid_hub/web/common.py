@@ -11,6 +11,7 @@ from flask import current_app, request
 
 from lucid_hub import nesting
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.networks import client_address
 from lucid_hub.rdf.syntax import read_quads
 from lucid_hub.runtime import Runtime
 
@@ -35,6 +36,12 @@ def json_object_body(expected: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InputError(f"request body must be a JSON object: {expected}")
     return body
+
+
+def request_address() -> str:
+    """The caller's address, behind the proxies LUCID_TRUSTED_PROXIES names."""
+    return client_address(request.remote_addr or "", request.headers.getlist("X-Forwarded-For"),
+                          runtime().settings.proxies)
 
 
 def graph_param() -> str:

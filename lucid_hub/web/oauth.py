@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from authlib.integrations.flask_oauth2 import AuthorizationServer
 from authlib.oauth2.rfc6749 import grants
 from authlib.oauth2.rfc6749.errors import InvalidScopeError
+from authlib.oauth2.rfc6749.util import extract_basic_authorization
 from authlib.oauth2.rfc6750 import BearerTokenGenerator
 from authlib.oauth2.rfc7009 import RevocationEndpoint
 from authlib.oauth2.rfc7662 import IntrospectionEndpoint
@@ -21,7 +22,7 @@ from lucid_hub.auth.clients import AUTH_METHODS, SCOPES, ClientRecord
 from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.auth.tokens import Principal, TokenService
 from lucid_hub.errors import AuthenticationError, RateLimitedError
-from lucid_hub.web.common import runtime
+from lucid_hub.web.common import request_address, runtime
 
 blueprint = Blueprint("oauth", __name__)
 
@@ -119,10 +120,7 @@ def _server() -> AuthorizationServer:
 def _limited(endpoint: str) -> Response:
     """Run an endpoint that authenticates clients, counting failed client authentications."""
     limiter: FailureLimiter = current_app.extensions["auth_limiter"]
-    keys = [f"addr:{request.remote_addr}"]
-    client_id = (request.authorization.username if request.authorization else None) or request.form.get("client_id")
-    if client_id:
-        keys.append(f"client:{client_id[:64]}")
+    keys = (_client_id()[:64], request_address())
     wait = limiter.retry_after(*keys)
     if wait:
         raise RateLimitedError(f"too many failed attempts; try again in {wait} s", wait)
@@ -134,6 +132,13 @@ def _limited(endpoint: str) -> Response:
         limiter.failed(*keys)
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _client_id() -> str:
+    """The client id the request authenticates as, decoded by authlib's own function (RFC 6749
+    §2.3.1: percent-encoded inside HTTP Basic), so that "lc%2Dx" counts as "lc-x"."""
+    basic_id, _secret = extract_basic_authorization(request.headers)
+    return str(basic_id or request.form.get("client_id") or "")
 
 
 @blueprint.post("/oauth/token")
