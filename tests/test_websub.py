@@ -191,6 +191,39 @@ def test_resubscribe_renews_one_subscription_and_unsubscribe_stops(ws_hub: Runni
     assert len(callback.deliveries) == 1
 
 
+def test_a_subscription_belongs_to_its_client(ws_hub: RunningHub, callback: Callback) -> None:
+    """Another client whose callback prefix covers the callback may neither cancel nor renew
+    (with its own secret) the subscription; an admin may cancel it."""
+    hub = ws_hub
+    publish(hub, "1")
+    grant(hub)
+    owner = subscriber(hub, callback)
+    subscribe(owner, hub, callback, **{"hub.secret": "owners-secret"})
+    callback.wait(lambda: len(active(hub)) == 1)
+    stranger = subscriber(hub, callback)  # another client, with the same callback prefix
+    for mode, extra in (("unsubscribe", {}), ("subscribe", {"hub.secret": "strangers-secret"})):
+        answer = stranger.post(f"{hub.url}/hub", timeout=30, data={
+            "hub.mode": mode, "hub.topic": G, "hub.callback": callback.url, **extra})
+        assert answer.status_code == 403 and "belongs to another client" in answer.text, (mode, answer.text)
+    assert len(callback.verifications) == 1  # the callback was not even asked
+    with hub.runtime.db.session() as session:
+        from lucid_hub.db.models import Subscription
+
+        (row,) = session.query(Subscription).all()
+        assert row.secret == "owners-secret" and row.state == "active"
+    patch = publish(hub, "2")
+    callback.wait(lambda: len(callback.deliveries) == 1)
+    headers, body = callback.deliveries[0]
+    assert headers["X-Lucid-Patch-Id"] == patch
+    assert headers["X-Hub-Signature"] == "sha256=" + hmac.new(b"owners-secret", body, hashlib.sha256).hexdigest()
+    sid = hub.runtime.websub.subscriptions()[0]["id"]
+    assert stranger.delete(f"{hub.url}/admin/subscriptions/{sid}", timeout=30).status_code == 403
+    assert hub.http.delete(f"{hub.url}/admin/subscriptions/{sid}", timeout=30).status_code == 204
+    assert hub.runtime.websub.subscriptions() == []
+    callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
+    assert hub.http.delete(f"{hub.url}/admin/subscriptions/{sid}", timeout=30).status_code == 404
+
+
 def test_a_callback_that_does_not_confirm_gets_no_subscription(ws_hub: RunningHub, callback: Callback) -> None:
     publish(ws_hub, "1")
     grant(ws_hub)

@@ -35,7 +35,7 @@ from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, PatchRecord, Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.safety import check_addresses, parse_cidrs
-from lucid_hub.errors import InputError, LucidError, NotFoundError
+from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError
 from lucid_hub.metrics import Metrics
 from lucid_hub.policy.engine import Action, Party
 from lucid_hub.publish import Publisher
@@ -83,6 +83,11 @@ class Request:
     account: str
     endpoint_id: str
     groups: frozenset[str]
+    admin: bool = False  # an admin may change any client's subscription
+
+
+class NotYoursError(ForbiddenError):
+    """A (un)subscription of a callback another client subscribed (HTTP 403)."""
 
 
 @dataclass(frozen=True)
@@ -254,8 +259,21 @@ class WebSubHub:
 
     # --- subscription requests ------------------------------------------------------
     def accept(self, request: Request) -> None:
-        """Queue the verification of intent (the request was answered 202)."""
+        """Queue the verification of intent (the request was answered 202). A subscription
+        belongs to the client that made it: another client (not an admin) may neither renew
+        nor cancel it, whatever its callback prefixes cover (NotYoursError, before anything
+        is sent to the callback; checked again when the verified request is recorded)."""
+        with self.db.session() as session:
+            self._check_owner(session, request)
         self._executor.submit(self._verify, request)
+
+    @staticmethod
+    def _check_owner(session: Any, request: Request) -> None:
+        owner = session.scalars(select(Subscription.endpoint_id).where(
+            Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
+        if owner is not None and owner != request.endpoint_id and not request.admin:
+            raise NotYoursError(f"the subscription of this callback to <{request.graph}> belongs to another "
+                                "client; only that client or an admin may change it")
 
     def deny(self, callback: str, topic: str, reason: str) -> None:
         """Tell a callback its subscription was denied (or has been cancelled)."""
@@ -303,6 +321,8 @@ class WebSubHub:
                 self._subscribe(request)
             else:
                 self._unsubscribe(request)
+        except NotYoursError as exc:  # the callback was subscribed by another client since
+            log.warning("verified %s to <%s> not recorded: %s", request.mode, request.graph, exc)
         except Exception:  # in a pool thread: said here, or nowhere (the request was answered 202)
             log.exception("recording a verified %s to <%s> failed", request.mode, request.graph)
 
@@ -316,6 +336,7 @@ class WebSubHub:
 
     def _record_subscription(self, request: Request) -> None:
         with self.db.session() as session:
+            self._check_owner(session, request)  # another client may have subscribed meanwhile
             graph = session.get(Graph, request.graph)
             length = graph.length if graph is not None else 0
             row = session.scalars(select(Subscription).where(
@@ -344,6 +365,7 @@ class WebSubHub:
 
     def _unsubscribe(self, request: Request) -> None:
         with self.db.session() as session:
+            self._check_owner(session, request)
             row = session.scalars(select(Subscription).where(
                 Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
             if row is not None:
@@ -547,6 +569,16 @@ class WebSubHub:
                 raise InputError("the subscription's lease has ended; the subscriber must subscribe again")
             row.state, row.attempts, row.next_attempt_at = "active", 0, now()
         self._wake.set()
+
+    def cancel(self, sid: int, reason: str) -> None:
+        """End a subscription (an admin's decision): the row goes, the callback is told why."""
+        with self.db.session() as session:
+            row = session.get(Subscription, sid)
+            if row is None:
+                raise NotFoundError(f"no subscription {sid}")
+            callback, graph = row.callback, row.graph
+            session.delete(row)
+        self.deny(callback, graph, reason)
 
     def wake(self) -> None:
         """Look for due deliveries now (e.g. after a publisher's notice)."""

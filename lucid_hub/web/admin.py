@@ -180,6 +180,13 @@ def list_subscriptions() -> Response:
     return jsonify({"subscriptions": runtime().websub.subscriptions()})
 
 
+@api.delete("/subscriptions/<int:subscription_id>")
+def cancel_subscription(subscription_id: int) -> Response:
+    """End a subscription; its callback is told (hub.mode=denied) that an admin cancelled it."""
+    runtime().websub.cancel(subscription_id, "cancelled by an administrator of the hub")
+    return Response(status=204)
+
+
 @api.post("/subscriptions/<int:subscription_id>/redeliver")
 def redeliver(subscription_id: int) -> Response:
     """Deliver again from ?from=PATCH_ID (default: the next undelivered patch); reactivates a
