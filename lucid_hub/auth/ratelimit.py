@@ -21,7 +21,7 @@ ADDRESS_FACTOR = 5
 
 
 class FailureLimiter:
-    """At most `limit` failures per (subject, address), and `limit × ADDRESS_FACTOR` per
+    """At most `limit` failures per (subject, address), and `limit * ADDRESS_FACTOR` per
     address, in a sliding `window` (seconds); then blocked until the oldest failure leaves
     the window."""
 
