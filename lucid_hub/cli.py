@@ -337,10 +337,12 @@ def mirror_add(state: _Context, hub_url: str | None, graph: str | None, graph_ur
     import json
 
     from lucid_hub.mirror import add_mirror
+    from lucid_hub.outbound import AddressPolicy
 
     with _database(state) as database:
-        added = add_mirror(database, graph=graph, hub_url=hub_url, client_id=client_id, client_secret=client_secret,
-                           trust_jwks=trust_jwks, graph_url=graph_url)
+        added = add_mirror(database, policy=AddressPolicy.of(state.settings), graph=graph, hub_url=hub_url,
+                           client_id=client_id, client_secret=client_secret, trust_jwks=trust_jwks,
+                           graph_url=graph_url)
     click.echo(json.dumps(added, indent=2))
 
 
@@ -380,9 +382,11 @@ def mirror_trust(state: _Context, mirror_ref: str, source: str, replace: bool) -
     import json
 
     from lucid_hub.mirror import trust_mirror
+    from lucid_hub.outbound import AddressPolicy
 
     with _database(state) as database:
-        click.echo(json.dumps(trust_mirror(database, mirror_ref, source, replace=replace), indent=2))
+        click.echo(json.dumps(trust_mirror(database, mirror_ref, source, policy=AddressPolicy.of(state.settings),
+                                           replace=replace), indent=2))
 
 
 @cli.group()

@@ -1,9 +1,14 @@
-"""Address ranges: CIDR lists from settings, and which address a request comes from."""
+"""Addresses and URLs as the hub compares them: CIDR lists from settings, which address a
+request comes from, and URL prefixes compared by origin and path segment."""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import SplitResult, unquote, urlsplit
+
+from lucid_hub.errors import InputError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -37,3 +42,50 @@ def client_address(remote: str, forwarded_for: Sequence[str], trusted: Iterable[
         if not is_trusted(hop):
             return hop
     return hops[0] if hops else remote
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A URL as prefixes are compared: scheme, host, port, and the path's segments."""
+
+    scheme: str
+    host: str
+    port: int
+    segments: tuple[str, ...]
+
+    @classmethod
+    def of(cls, url: str, what: str) -> Origin:
+        try:
+            parts: SplitResult = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise InputError(f"{what} {url[:200]!r} is not a valid URL") from None
+        scheme = parts.scheme.lower()
+        if scheme not in DEFAULT_PORTS or not parts.hostname:
+            raise InputError(f"{what} {url[:200]!r} is not an absolute http(s) URL")
+        if parts.username is not None or parts.password is not None:
+            raise InputError(f"{what} must not carry credentials")
+        segments = [unquote(s) for s in parts.path.split("/")[1:]]
+        if any(s in (".", "..") or "/" in s or "\\" in s for s in segments):
+            raise InputError(f"{what} must not hold dot segments or encoded slashes in its path")
+        if segments and segments[-1] == "":
+            segments.pop()  # "/a/" and "/a" name the same subtree
+        return cls(scheme, parts.hostname.rstrip(".").lower(), port or DEFAULT_PORTS[scheme], tuple(segments))
+
+    def covers(self, other: Origin) -> bool:
+        """Whether `other` lies at or under this URL (segment by segment)."""
+        return ((self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
+                and other.segments[: len(self.segments)] == self.segments)
+
+
+def check_prefix(prefix: str) -> str:
+    """A callback prefix as a client may register it: an http(s) URL without query, fragment,
+    credentials or dot segments."""
+    Origin.of(prefix, "callback prefix")
+    parts = urlsplit(prefix)
+    if parts.query or parts.fragment:
+        raise InputError(f"callback prefix {prefix[:200]!r} must not have a query or fragment")
+    return prefix

@@ -1,9 +1,11 @@
 """A loopback HTTP proxy in front of a hub, for tests of what happens on the way: it alters
-the next POST body it is told to (a delivery tampered with in flight), and holds archive
-reads while told to (a partner's catch-up that takes its time)."""
+the next POST body it is told to (a delivery tampered with in flight), holds archive
+reads while told to (a partner's catch-up that takes its time), and points archive pages'
+"next" links elsewhere (a hostile publisher)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,6 +25,7 @@ class LoopbackProxy:
         self.hold = threading.Event()  # set: GET /patches… waits until `released`
         self.held = threading.Event()
         self.released = threading.Event()
+        self.next_link: str | None = None  # set: archive pages' "next" point there (a hostile publisher)
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,13 +45,18 @@ class LoopbackProxy:
                     proxy.released.wait(60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
+                content = answer.content
+                if proxy.next_link and self.path.startswith("/patches") and b'"next"' in content:
+                    page = json.loads(content)
+                    page["next"] = proxy.next_link
+                    content = json.dumps(page).encode()
                 self.send_response(answer.status_code)
                 for key, value in answer.headers.items():
                     if key.lower() not in HOP_BY_HOP:
                         self.send_header(key, value)
-                self.send_header("Content-Length", str(len(answer.content)))
+                self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
-                self.wfile.write(answer.content)
+                self.wfile.write(content)
 
             def do_GET(self) -> None:
                 self._forward("GET")

@@ -140,7 +140,7 @@ def test_after_the_publishers_key_rotation_a_mirror_quarantines_until_the_new_ke
     rng = random.Random(11)
     acme = HubProcess("ACME", tmp_path / "acme").start()
     globex = HubProcess("Globex", tmp_path / "globex").start()
-    partner_env = {"LUCID_DATA_DIR": str(tmp_path / "globex")}
+    partner_env = {"LUCID_DATA_DIR": str(tmp_path / "globex"), "LUCID_DEV_MODE": "1"}  # acme is on loopback
     try:
         acme.publish(G, random_version(rng))
         connect(acme, globex)

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyoxigraph as ox
 import pytest
@@ -21,7 +22,9 @@ from lucid_hub.diff.local import diff_graph
 from lucid_hub.rdf.rdfpatch import write_rdf_patch
 from lucid_hub.signing import sign_patch
 from tests.conftest import RunningHub, running_hub
+from tests.test_websub import callback
 
+__all__ = ["callback"]  # the WebSub tests' callback server, a fixture
 G = "https://acme.example/graphs/kpi"
 TTL = {"Content-Type": "text/turtle"}
 DEV = {"LUCID_DEV_MODE": "1", "LUCID_LEASE_MIN": "120"}
@@ -259,13 +262,42 @@ def test_the_admin_api_refuses_bad_mirror_requests(hubs: tuple[RunningHub, Runni
          show=lambda: partner.http.get(url, timeout=30).json()["mirrors"])
 
 
+def test_a_publisher_cannot_steer_a_mirror_to_other_addresses(hubs: tuple[RunningHub, RunningHub],
+                                                              callback: Any) -> None:
+    """The URLs a mirror follows are the publisher's to choose: an archive page's "next" may
+    not leave the publisher's origin (else the mirror would fetch any URL, token attached)."""
+    from tests.proxy import LoopbackProxy
+
+    publisher, partner = hubs
+    for i in range(5):  # two pages of the archive (page size 3)
+        publish(publisher, version(i))
+    proxy = LoopbackProxy(publisher.url)
+    try:
+        proxy.next_link = callback.url  # another server on this machine, standing for an internal one
+        client_id, secret = partner_client(publisher, partner)
+        answer = partner.http.post(f"{partner.url}/admin/mirrors", timeout=30, json={
+            "hub": f"{proxy.url}/hub", "graph": G, "client_id": client_id, "client_secret": secret})
+        assert answer.status_code == 201, answer.text
+        wait(lambda: "links outside its archive" in str(mirror(partner)["last_error"]), show=lambda: mirror(partner))
+        assert callback.verifications == [] and callback.deliveries == []  # never called
+        assert mirror(partner)["length"] == 3  # the first page, verified, is kept
+    finally:
+        proxy.close()
+
+
+def test_mirrors_reach_private_addresses_only_where_the_operator_allows(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    refused = run_cli("mirror", "add", "--hub", "http://10.9.8.7/hub", "--graph", G, "--client-id", "x",
+                      "--client-secret", "y", env={"LUCID_DATA_DIR": str(tmp_path / "hub")})
+    assert refused.code == 1 and "non-public address (10.9.8.7)" in refused.err and "CALLBACK_ALLOW_CIDRS" in refused.err
+
+
 def test_mirror_commands_work_on_the_data_directory(hubs: tuple[RunningHub, RunningHub], tmp_path: Path,
                                                     run_cli) -> None:  # type: ignore[no-untyped-def]
     publisher, partner = hubs
     publish(publisher, version(0))
     client_id, secret = partner_client(publisher, partner)
     data = tmp_path / "offline-hub"
-    env = {"LUCID_DATA_DIR": str(data)}
+    env = {"LUCID_DATA_DIR": str(data), "LUCID_DEV_MODE": "1"}  # the publisher is on loopback
     graph_url = f"{publisher.url}/graphs?graph={G}"
     added = run_cli("mirror", "add", "--from", graph_url, "--client-id", client_id,
                     "--client-secret", secret, env=env)

@@ -340,11 +340,17 @@ def test_callback_safety_rules() -> None:
     from lucid_hub.delivery.safety import check_callback, parse_cidrs
 
     prefixes = ["https://hub.partner.example/cb/", "http://127.0.0.1:9/cb/", "https://10.1.2.3/cb/",
-                "https://169.254.169.254/cb/"]
+                "https://169.254.169.254/cb/", "https://hub.globex.example", "https://h.example/r/",
+                *(f"https://{host}/cb/" for host in ("100.100.100.200", "100.64.0.1", "192.0.0.192", "[2002:a9fe:a9fe::]",
+                                                    "[2002:a00:1::]", "[::ffff:10.0.0.1]", "[64:ff9b::a9fe:a9fe]",
+                                                    "[::ffff:127.0.0.1]", "[fd00:ec2::254]", "198.18.0.1"))]
 
-    def refused(url: str, reason: str, dev: bool = False, allowed: str = "") -> None:
+    def refused(url: str, reason: str, dev: bool = False, allowed: str = "", resolve: bool = True) -> None:
         with pytest.raises(InputError, match=reason):
-            check_callback(url, prefixes, dev_mode=dev, allowed=parse_cidrs(allowed))
+            check_callback(url, prefixes, dev_mode=dev, allowed=parse_cidrs(allowed), resolve=resolve)
+
+    def accepted(url: str, dev: bool = False, allowed: str = "", resolve: bool = True) -> None:
+        check_callback(url, prefixes, dev_mode=dev, allowed=parse_cidrs(allowed), resolve=resolve)
 
     refused("http://127.0.0.1:9/cb/x", "must use https")
     refused("https://hub.partner.example/other", "callback prefixes")
@@ -352,10 +358,77 @@ def test_callback_safety_rules() -> None:
     refused("https://169.254.169.254/cb/x", "cloud metadata")
     refused("https://169.254.169.254/cb/x", "cloud metadata", dev=True)
     refused("ftp://hub.partner.example/cb/", "not an absolute http")
-    check_callback("http://127.0.0.1:9/cb/x", prefixes, dev_mode=True, allowed=[])  # dev mode: http, loopback
-    check_callback("https://10.1.2.3/cb/x", prefixes, dev_mode=False, allowed=parse_cidrs("10.0.0.0/8"))
+    # addresses that are not globally reachable, IPv4 inside IPv6 included (issue 14)
+    refused("https://100.100.100.200/cb/x", "cloud metadata")  # Alibaba's, in 100.64.0.0/10
+    for host in ("100.64.0.1", "192.0.0.192", "[2002:a00:1::]", "[::ffff:10.0.0.1]", "198.18.0.1"):
+        refused(f"https://{host}/cb/x", "non-public address")
+    for host in ("[2002:a9fe:a9fe::]", "[64:ff9b::a9fe:a9fe]", "[fd00:ec2::254]"):  # 169.254.169.254 in disguise
+        refused(f"https://{host}/cb/x", "cloud metadata")
+    refused("https://[::ffff:127.0.0.1]/cb/x", "non-public address")  # loopback only in dev mode
+    accepted("https://[::ffff:127.0.0.1]/cb/x", dev=True)
+    # prefixes are URLs: host and port exactly, the path by whole segments, no dot segments
+    refused("https://hub.globex.example.evil.example/", "callback prefixes", resolve=False)
+    refused("https://hub.globex.example:8443/x", "callback prefixes", resolve=False)
+    refused("https://h.example/r/../../x", "dot segments", resolve=False)
+    refused("https://h.example/r/%2e%2e/%2E%2E/x", "dot segments", resolve=False)
+    refused("https://h.example/r/..%2F..%2Fx", "dot segments or encoded slashes", resolve=False)
+    refused("https://h.example/rx", "callback prefixes", resolve=False)
+    refused("https://user:pw@h.example/r/x", "credentials", resolve=False)
+    accepted("HTTPS://HUB.GLOBEX.EXAMPLE:443/any/path?tenant=7", resolve=False)
+    accepted("https://h.example/r", resolve=False)
+    accepted("https://h.example/r/deeper/still?x=1", resolve=False)
+    accepted("http://127.0.0.1:9/cb/x", dev=True)  # dev mode: http, loopback
+    accepted("https://10.1.2.3/cb/x", allowed="10.0.0.0/8")
+    accepted("https://[2002:a00:1::]/cb/x", allowed="2002::/16")
     with pytest.raises(InputError, match=r"LUCID_CALLBACK_ALLOW_CIDRS"):
         parse_cidrs("not-a-network")
+
+
+def test_client_prefixes_are_urls_without_query_or_dot_segments(ws_hub: RunningHub) -> None:
+    for bad, reason in (("ftp://x.example/", "not an absolute http"), ("https://x.example/cb?a=1", "query"),
+                        ("https://x.example/a/../b", "dot segments")):
+        answer = ws_hub.http.post(f"{ws_hub.url}/admin/clients", json={"name": "p", "callback_prefixes": [bad]},
+                                  timeout=30)
+        assert answer.status_code == 400 and reason in answer.text, (bad, answer.text)
+
+
+def test_every_connection_checks_the_address_it_connects_to(monkeypatch: pytest.MonkeyPatch,
+                                                            callback: Callback) -> None:
+    """DNS rebinding: a name that resolves to a public address when the callback is checked
+    and to loopback a moment later. The connection resolves once, checks that answer, and
+    connects to it, so the second answer is refused (nothing reaches the loopback server).
+    getaddrinfo is replaced for one invented name: no DNS server of ours runs here."""
+    import socket
+
+    import urllib3
+
+    from lucid_hub import outbound
+    from lucid_hub.delivery.safety import check_callback
+
+    real = socket.getaddrinfo
+    answers = iter(["93.184.216.34"] + ["127.0.0.1"] * 10)  # public first, then rebound to loopback
+    port = int(callback.url.split(":")[2].split("/")[0])
+
+    def rebinding(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "rebind.example":
+            return real(next(answers), *args, **kwargs)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    url = f"https://rebind.example:{port}/callbacks/x"
+    check_callback(url, [f"https://rebind.example:{port}/callbacks/"], dev_mode=False, allowed=[])  # passes
+    policy = outbound.AddressPolicy(dev_mode=False, allowed=[])
+    pool = outbound.pool_manager(policy, retries=False, timeout=urllib3.Timeout(total=5))
+    with pytest.raises(urllib3.exceptions.NewConnectionError, match=r"non-public address \(127.0.0.1\)"):
+        pool.request("POST", url.replace("https:", "http:"), body=b"x")
+    session = outbound.session(policy, "test")
+    with pytest.raises(requests.ConnectionError, match="non-public address"):
+        session.get(url.replace("https:", "http:"), timeout=5)
+    assert callback.deliveries == [] and callback.verifications == []
+    # the same connection class reaches the address when the policy allows it
+    allowed = outbound.pool_manager(outbound.AddressPolicy(dev_mode=True, allowed=[]), retries=False)
+    assert allowed.request("POST", url.replace("https:", "http:"), body=b"x").status == 200
+    assert len(callback.deliveries) == 1
 
 
 def test_flask_websubs_subscriber_subscribes_and_receives_our_deliveries(ws_hub: RunningHub, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from lucid_hub.errors import AuthenticationError, LucidError
 
@@ -24,12 +25,16 @@ def hub_token(hub_url: str, scope: str | None = None, environ: Mapping[str, str]
     return client_credentials_token(hub_url, client_id, secret, scope)
 
 
-def client_credentials_token(hub_url: str, client_id: str, secret: str, scope: str | None = None) -> str:
+def client_credentials_token(hub_url: str, client_id: str, secret: str, scope: str | None = None,
+                             http: Any = None) -> str:
+    """A token from the hub's token endpoint; `http`, a requests Session, carries the call
+    (a mirror's, which keeps to the outbound address policy)."""
     import requests
 
     data = {"grant_type": "client_credentials", **({"scope": scope} if scope else {})}
     try:
-        response = requests.post(f"{hub_url.rstrip('/')}/oauth/token", data=data, auth=(client_id, secret), timeout=30)
+        response = (http or requests).post(f"{hub_url.rstrip('/')}/oauth/token", data=data, auth=(client_id, secret),
+                                           timeout=30)
     except requests.RequestException as exc:
         raise LucidError(f"cannot reach the hub at {hub_url}: {exc}") from None
     if response.status_code != 200:

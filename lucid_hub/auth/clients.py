@@ -15,6 +15,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from lucid_hub.db.models import OAuthClient
 from lucid_hub.db.session import Database
 from lucid_hub.errors import InputError, NotFoundError
+from lucid_hub.networks import check_prefix
 
 SCOPES = ("graphs:read", "graphs:write", "hub:subscribe", "admin")
 AUTH_METHODS = ("client_secret_basic", "client_secret_post")
@@ -100,8 +101,7 @@ class ClientRegistry:
             raise InputError(f"unknown scope {unknown[0]!r}; known: {', '.join(SCOPES)}")
         prefixes = _check_words("callback prefix", callback_prefixes or [])
         for prefix in prefixes:
-            if not prefix.startswith(("https://", "http://")):
-                raise InputError(f"callback prefix {prefix!r} is not an http(s) URL")
+            check_prefix(prefix)
         secret = secrets.token_urlsafe(32)
         group_list = _check_words("group", groups or [])
         row = OAuthClient(client_id=f"lc-{secrets.token_hex(8)}", name=name.strip(),

@@ -31,12 +31,14 @@ import urllib3
 from sqlalchemy import Table, bindparam, case, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from lucid_hub import outbound
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, PatchRecord, Subscription
 from lucid_hub.db.session import Database
-from lucid_hub.delivery.safety import check_addresses, parse_cidrs
-from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError
+from lucid_hub.delivery.safety import parse_cidrs
+from lucid_hub.errors import ForbiddenError, InputError, NotFoundError
 from lucid_hub.metrics import Metrics
+from lucid_hub.outbound import AddressPolicy
 from lucid_hub.policy.engine import Action, Party
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
@@ -47,7 +49,6 @@ from lucid_hub.rdf.serialization import write_patch
 log = logging.getLogger(__name__)
 MEDIA_TYPES = {RDF_PATCH: "rdf-patch", "application/trig": "trig", "application/ld+json": "jsonld"}
 BATCH = 100  # patches one subscription gets in a row before others have their turn
-RECHECK_SECONDS = 30.0  # a callback host's address check holds this long
 # The delivery path uses SQLAlchemy Core on the tables (no ORM identity map per delivery).
 SUBS = cast(Table, Subscription.__table__)
 PATCHES = cast(Table, PatchRecord.__table__)
@@ -233,15 +234,14 @@ class WebSubHub:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.claim_seconds = settings.delivery_claim_seconds
         self.allowed = parse_cidrs(settings.callback_allow_cidrs)
-        self.http = requests.Session()  # verifications and notices: few, convenience first
-        self.http.trust_env = False  # no proxies or .netrc from the environment for callbacks
-        self.http.headers["User-Agent"] = "lucid-hub WebSub hub"
+        # Every connection to a callback checks the address it connects to (lucid_hub.outbound).
+        policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=self.allowed)
+        self.http = outbound.session(policy, "lucid-hub WebSub hub")  # verifications and notices
         # Deliveries: urllib3 directly (kept-alive pools per callback host). py-spy under
         # fan-out showed requests' per-call work (environment merging, CA path checks) as a
         # large share of each delivery.
-        self.pool = urllib3.PoolManager(num_pools=256, maxsize=8, retries=False, headers={
+        self.pool = outbound.pool_manager(policy, num_pools=256, maxsize=8, retries=False, headers={
             "User-Agent": "lucid-hub WebSub hub"}, timeout=urllib3.Timeout(total=settings.delivery_timeout))
-        self._resolved: dict[tuple[str, int], float] = {}
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="websub")
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -285,21 +285,9 @@ class WebSubHub:
     def _send_denied(self, callback: str, topic: str, reason: str) -> None:
         url = with_query(callback, {"hub.mode": "denied", "hub.topic": topic, "hub.reason": reason[:500]})
         try:
-            self._check_target(callback)
             self.http.get(url, timeout=self.settings.delivery_timeout, allow_redirects=False)
-        except (requests.RequestException, LucidError) as exc:
+        except requests.RequestException as exc:
             log.info("denial notice to a callback failed: %s", type(exc).__name__)
-
-    def _check_target(self, callback: str) -> None:
-        """Resolve again before requests: a name may point elsewhere since it was checked.
-        A host's check holds for RECHECK_SECONDS (DNS answers are cached about as long)."""
-        parts = urlsplit(callback)
-        key = (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
-        checked = self._resolved.get(key)
-        if checked is not None and time.monotonic() - checked < RECHECK_SECONDS:
-            return
-        check_addresses(key[0], key[1], dev_mode=self.settings.dev_mode, allowed=self.allowed)
-        self._resolved[key] = time.monotonic()
 
     def _verify(self, request: Request) -> None:
         challenge = secrets.token_urlsafe(32)
@@ -307,11 +295,10 @@ class WebSubHub:
         if request.mode == "subscribe":
             params["hub.lease_seconds"] = str(request.lease_seconds)
         try:
-            self._check_target(request.callback)
             answer = self.http.get(with_query(request.callback, params), timeout=self.settings.delivery_timeout,
                                    allow_redirects=False)
             confirmed = 200 <= answer.status_code < 300 and answer.text == challenge
-        except (requests.RequestException, LucidError) as exc:
+        except requests.RequestException as exc:
             log.info("verification of intent failed: %s", type(exc).__name__)
             confirmed = False
         if not confirmed:
@@ -534,11 +521,10 @@ class WebSubHub:
             digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
             headers["X-Hub-Signature"] = f"sha256={digest}"
         try:
-            self._check_target(callback)
             answer = self.pool.request("POST", callback, body=body, headers=headers, redirect=False,
                                        preload_content=True)
             return answer.status, f"HTTP {answer.status}"
-        except (urllib3.exceptions.HTTPError, LucidError) as exc:
+        except urllib3.exceptions.HTTPError as exc:
             return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
 
     # --- administration -------------------------------------------------------------

@@ -31,7 +31,7 @@ import pyoxigraph as ox
 import requests
 from sqlalchemy import delete, or_, select, update
 
-from lucid_hub import nesting
+from lucid_hub import nesting, outbound
 from lucid_hub.auth.client_side import client_credentials_token
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord, Quarantined
@@ -44,6 +44,7 @@ from lucid_hub.errors import (
     NotFoundError,
     PatchVerificationError,
 )
+from lucid_hub.outbound import AddressPolicy
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 
@@ -66,17 +67,24 @@ def _iso(value: datetime | None) -> str | None:
     return aware.isoformat() if aware is not None else None
 
 
-def _http() -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # no proxies or .netrc from the environment
-    session.headers["User-Agent"] = "lucid-hub mirror"
-    return session
+def _http(policy: AddressPolicy) -> requests.Session:
+    """HTTP to publishers: every connection keeps to the outbound address policy, since the
+    URLs a mirror follows (discovery links, archive pages) are the publisher's to choose."""
+    return outbound.session(policy, "lucid-hub mirror")
+
+
+def _same_origin(url: str, base: str) -> bool:
+    """Whether `url` is on the scheme, host and port of `base` (a publisher's URL)."""
+    a, b = urlsplit(url), urlsplit(base)
+    try:
+        return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+    except ValueError:
+        return False
 
 
 # --- the registry (usable without a running hub) ------------------------------------------
-def discover(url: str, http: requests.Session | None = None, token: str | None = None) -> tuple[str, str]:
+def discover(url: str, http: requests.Session, token: str | None = None) -> tuple[str, str]:
     """(hub URL, graph IRI) from a graph's URL by its `Link` headers (WebSub discovery)."""
-    http = http or _http()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         response = http.head(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
@@ -114,19 +122,19 @@ def _load_jwks(source: str, http: requests.Session) -> str:
     return json.dumps(jwks)
 
 
-def add_mirror(db: Database, *, graph: str | None, hub_url: str | None, client_id: str, client_secret: str,
-               trust_jwks: str | None = None, graph_url: str | None = None) -> dict[str, Any]:
+def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_url: str | None, client_id: str,
+               client_secret: str, trust_jwks: str | None = None, graph_url: str | None = None) -> dict[str, Any]:
     """Register a mirror; the hub subscribes to it (now if it runs, else at its next start).
 
     The hub comes from `hub_url` or is discovered from `graph_url`. The publisher's keys are
     pinned now: from `trust_jwks` (a URL or a file), else from the publisher's own JWKS
     (trust on first use, as `mirror add` prints). The client credentials are checked by
     taking a token, so a typo fails here, not later in a log."""
-    http = _http()
+    http = _http(policy)
     if graph_url:  # a lucid-hub graph URL (BASE/graphs?graph=…): read with a token from BASE
         base = graph_url.split("/graphs", 1)[0]
         try:
-            token = client_credentials_token(base, client_id, client_secret, SCOPE)
+            token = client_credentials_token(base, client_id, client_secret, SCOPE, http=http)
         except LucidError as exc:
             raise InputError(f"the publisher at {base} refused the client: {exc}") from None
         hub_url, found = discover(graph_url, http, token)
@@ -138,7 +146,7 @@ def add_mirror(db: Database, *, graph: str | None, hub_url: str | None, client_i
     publisher = hub_url.rstrip("/").removesuffix("/hub")
     jwks = _load_jwks(trust_jwks or f"{publisher}/.well-known/jwks.json", http)
     try:
-        client_credentials_token(publisher, client_id, client_secret, SCOPE)
+        client_credentials_token(publisher, client_id, client_secret, SCOPE, http=http)
     except LucidError as exc:
         raise InputError(f"the publisher refused the client: {exc}") from None
     with db.session() as session:
@@ -172,7 +180,8 @@ def remove_mirror(db: Database, mirror: str) -> None:
             raise NotFoundError(f"no mirror {mirror}")
 
 
-def trust_mirror(db: Database, mirror: str, source: str, *, replace: bool = False) -> dict[str, Any]:
+def trust_mirror(db: Database, mirror: str, source: str, *, policy: AddressPolicy,
+                 replace: bool = False) -> dict[str, Any]:
     """Pin the publisher's keys again (after it rotated its key): the JWKS from `source` (a URL
     or a file). It must keep every key pinned so far (a publisher keeps retired keys in its
     JWKS) unless `replace` (the old key was lost). A running hub then catches the mirror up:
@@ -181,7 +190,7 @@ def trust_mirror(db: Database, mirror: str, source: str, *, replace: bool = Fals
     with db.session() as session:
         if session.scalars(select(Mirror.id).where(which)).first() is None:
             raise NotFoundError(f"no mirror {mirror}")
-    jwks = _load_jwks(source, _http())
+    jwks = _load_jwks(source, _http(policy))
     new_kids = {k.get("kid") for k in json.loads(jwks)["keys"]}
     with db.session() as session:
         row = session.scalars(select(Mirror).where(which)).first()
@@ -219,7 +228,7 @@ class MirrorService:
         self.db = db
         self.publisher = publisher
         self.canonicalizer = canonicalizer
-        self.http = _http()
+        self.http = _http(AddressPolicy.of(settings))
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._applied = threading.Condition()  # notified when this process applies a mirrored patch
@@ -328,7 +337,7 @@ class MirrorService:
         return keys
 
     def _token(self, row: Mirror) -> str:
-        return client_credentials_token(row.publisher_url, row.client_id, row.client_secret, SCOPE)
+        return client_credentials_token(row.publisher_url, row.client_id, row.client_secret, SCOPE, http=self.http)
 
     def _hub_request(self, row: Mirror, mode: str) -> None:
         form = {"hub.mode": mode, "hub.topic": row.graph, "hub.callback": self.callback_url(row.id)}
@@ -509,7 +518,9 @@ class MirrorService:
                 return self.catch_up(mirror_id, locked=True)
             if answer.status_code != 200:
                 raise LucidError(f"the publisher's archive answered {answer.status_code}: {answer.text[:300]}")
-            page = answer.json()
+            page = nesting.loads(answer.content, "the publisher's archive page")
+            if not isinstance(page, dict):
+                raise LucidError("the publisher's archive page is not a JSON object")
             done_before = applied
             try:
                 for item in page.get("patches", []):
@@ -531,6 +542,8 @@ class MirrorService:
             finally:  # the page's count in one statement
                 self._count_applied(mirror_id, applied - done_before)
             url, params = page.get("next"), None
+            if url is not None and not (isinstance(url, str) and _same_origin(url, row.publisher_url)):
+                raise LucidError(f"the publisher's archive page links outside its archive: {str(url)[:200]}")
         if cloning and applied:
             self._check_clone(row, head, headers["Authorization"])
         return applied

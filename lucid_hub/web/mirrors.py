@@ -7,6 +7,7 @@ from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from lucid_hub.errors import InputError
 from lucid_hub.mirror.service import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
+from lucid_hub.outbound import AddressPolicy
 from lucid_hub.web.authz import authorized_graph, require_scope
 from lucid_hub.web.common import json_object_body, runtime
 
@@ -63,7 +64,8 @@ def admin_add() -> tuple[Response, int]:
     for name in ("graph", "hub", "from", "trust_jwks"):
         if body.get(name) is not None and not isinstance(body[name], str):
             raise InputError(f"{name} must be a string")
-    added = add_mirror(runtime().db, graph=body.get("graph"), hub_url=body.get("hub"),
+    added = add_mirror(runtime().db, policy=AddressPolicy.of(runtime().settings), graph=body.get("graph"),
+                       hub_url=body.get("hub"),
                        client_id=body["client_id"], client_secret=body["client_secret"],
                        trust_jwks=body.get("trust_jwks"), graph_url=body.get("from"))
     mirrors().wake()
@@ -81,7 +83,8 @@ def admin_trust(mirror_id: str) -> Response:
         raise InputError("jwks must be an http(s) URL (files are for the command line)")
     if not isinstance(body.get("replace", False), bool):
         raise InputError("replace must be true or false")
-    trusted = trust_mirror(runtime().db, mirror_id, body["jwks"], replace=body.get("replace", False))
+    trusted = trust_mirror(runtime().db, mirror_id, body["jwks"], policy=AddressPolicy.of(runtime().settings),
+                           replace=body.get("replace", False))
     mirrors().wake()
     return jsonify(trusted)
 

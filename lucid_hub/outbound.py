@@ -1,0 +1,178 @@
+"""Outbound HTTP to addresses partners choose: WebSub callbacks, and the hubs we mirror from.
+
+A hub that calls URLs other parties name must not be turned against its own network (SSRF).
+`AddressPolicy` says which addresses may be called: globally reachable unicast ones only
+(the IANA special-purpose registries, IPv4 embedded in IPv6 included), unless the operator
+allowed a range (LUCID_CALLBACK_ALLOW_CIDRS) or dev mode allows loopback. The check runs
+inside the connection, on the very address the socket then connects to: a name checked
+once and resolved again at connect time (DNS rebinding) could point anywhere by then.
+Python's `ipaddress.is_global` is not enough: it calls 192.0.0.192, 6to4 addresses of
+private IPv4 (2002:a9fe:a9fe::) and NAT64 ones global.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+import requests
+import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import NewConnectionError
+from urllib3.util import connection
+
+from lucid_hub.config import Settings
+from lucid_hub.errors import InputError
+from lucid_hub.networks import Network, parse_networks
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Cloud instance metadata services, named in the refusal (they are refused as non-public anyway).
+METADATA = {ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")}
+
+# IANA IPv4 Special-Purpose Address Registry, and multicast and broadcast: never a callback.
+_IPV4_SPECIAL = [ipaddress.ip_network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.0.2.0/24", "192.31.196.0/24", "192.52.193.0/24", "192.88.99.0/24", "192.168.0.0/16",
+    "192.175.48.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4")]
+# IPv6: only global unicast (2000::/3), without the special-purpose blocks inside it.
+_IPV6_GLOBAL = ipaddress.ip_network("2000::/3")
+_IPV6_SPECIAL = [ipaddress.ip_network(n) for n in (
+    "2001::/23", "2001:db8::/32", "2620:4f:8000::/48", "3fff::/20")]
+# IPv6 forms that carry an IPv4 address, which decides: 6to4 and NAT64 (checked below).
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+_NAT64 = [ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48")]
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for, if it stands for one."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in net for net in _NAT64):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if int(address) >> 32 == 0 and int(address) > 1:  # ::a.b.c.d (IPv4-compatible, deprecated)
+        return ipaddress.IPv4Address(int(address))
+    return None
+
+
+def is_public(address: Address) -> bool:
+    """Whether an address is a globally reachable unicast address (not special-purpose)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = embedded_ipv4(address)
+        if inner is not None:
+            return is_public(inner)
+        return address in _IPV6_GLOBAL and not any(address in net for net in _IPV6_SPECIAL)
+    return not any(address in net for net in _IPV4_SPECIAL) and address != ipaddress.IPv4Address("255.255.255.255")
+
+
+class AddressRefused(InputError):
+    """The hub may not call this address (its reason says why and how an operator allows it)."""
+
+
+class AddressPolicy:
+    """Which addresses outbound requests may reach."""
+
+    def __init__(self, *, dev_mode: bool, allowed: list[Network]) -> None:
+        self.dev_mode = dev_mode
+        self.allowed = allowed
+
+    @classmethod
+    def of(cls, settings: Settings) -> AddressPolicy:
+        """The policy the settings give (LUCID_DEV_MODE, LUCID_CALLBACK_ALLOW_CIDRS)."""
+        try:
+            allowed = parse_networks(settings.callback_allow_cidrs)
+        except ValueError as exc:
+            raise InputError(f"LUCID_CALLBACK_ALLOW_CIDRS: {exc}") from None
+        return cls(dev_mode=settings.dev_mode, allowed=allowed)
+
+    def check(self, address: Address, what: str = "the host") -> None:
+        """AddressRefused unless `address` (what `what` resolves to) may be called."""
+        if any(address in net for net in self.allowed):
+            return
+        plain = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+        if self.dev_mode and (address.is_loopback or (plain is not None and plain.is_loopback)):
+            return
+        if address in METADATA or plain in METADATA:
+            raise AddressRefused(f"{what} resolves to a cloud metadata address ({address})")
+        if not is_public(address):
+            raise AddressRefused(f"{what} resolves to a non-public address ({address}); an operator can allow "
+                                 "its range with LUCID_CALLBACK_ALLOW_CIDRS")
+
+    def resolve(self, host: str, port: int, what: str = "the host") -> list[str]:
+        """The addresses `host` resolves to, each checked; AddressRefused if any is refused
+        (a name that resolves to one private address is refused as a whole)."""
+        try:
+            infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError):
+            raise AddressRefused(f"{what} {host!r} does not resolve") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for text in addresses:
+            self.check(ipaddress.ip_address(text.split("%", 1)[0]), f"{what} {host!r}")
+        return addresses
+
+
+class _Guarded:
+    """A urllib3 connection that resolves its host itself, checks every address with the
+    policy and connects to a checked one (TLS still verifies the host name)."""
+
+    policy: AddressPolicy
+    _dns_host: str
+    port: int
+    timeout: Any
+    source_address: Any
+    socket_options: Any
+
+    def _new_conn(self) -> socket.socket:
+        try:
+            addresses = self.policy.resolve(self._dns_host, self.port)
+        except AddressRefused as exc:
+            raise NewConnectionError(self, str(exc)) from None  # type: ignore[arg-type]
+        problem: OSError | None = None
+        for address in addresses:
+            try:
+                return connection.create_connection((address, self.port), self.timeout,
+                                                    source_address=self.source_address,
+                                                    socket_options=self.socket_options)
+            except OSError as exc:
+                problem = exc
+        raise NewConnectionError(self, f"Failed to establish a new connection: {problem}")  # type: ignore[arg-type]
+
+
+def _pool_classes(policy: AddressPolicy) -> dict[str, type[HTTPConnectionPool]]:
+    plain = type("GuardedHTTPConnection", (_Guarded, HTTPConnection), {"policy": policy})
+    tls = type("GuardedHTTPSConnection", (_Guarded, HTTPSConnection), {"policy": policy})
+    return {"http": type("GuardedHTTPConnectionPool", (HTTPConnectionPool,), {"ConnectionCls": plain}),
+            "https": type("GuardedHTTPSConnectionPool", (HTTPSConnectionPool,), {"ConnectionCls": tls})}
+
+
+def pool_manager(policy: AddressPolicy, **kwargs: Any) -> urllib3.PoolManager:
+    """A urllib3 PoolManager whose every connection obeys `policy`."""
+    manager = urllib3.PoolManager(**kwargs)
+    manager.pool_classes_by_scheme = _pool_classes(policy)
+    return manager
+
+
+class _GuardedAdapter(requests.adapters.HTTPAdapter):
+    def __init__(self, policy: AddressPolicy) -> None:
+        self.policy = policy
+        super().__init__()
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = _pool_classes(self.policy)
+
+
+def session(policy: AddressPolicy, user_agent: str) -> requests.Session:
+    """A requests Session whose every connection obeys `policy`; no proxies or .netrc from
+    the environment (they would route around the policy)."""
+    http = requests.Session()
+    http.trust_env = False
+    http.headers["User-Agent"] = user_agent
+    adapter = _GuardedAdapter(policy)
+    http.mount("http://", adapter)
+    http.mount("https://", adapter)
+    return http
