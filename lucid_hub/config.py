@@ -88,6 +88,17 @@ class Settings:
     delivery_backoff_base: float = 1.0
     delivery_backoff_max: float = 600.0
     delivery_timeout: float = 10.0
+    # Delivery threads of a process (its fast lane), and how many of them one client and one
+    # callback host may hold at once; callback hosts whose POSTs take longer than
+    # delivery_slow_seconds on average are served by delivery_slow_threads of their own
+    # (docs/websub.md, "Fairness").
+    delivery_threads: int = 16
+    delivery_per_client: int = 8
+    delivery_per_host: int = 8
+    delivery_slow_threads: int = 4
+    delivery_slow_seconds: float = 2.0
+    # Subscriptions one client may hold (a renewal does not count again).
+    max_subscriptions_per_client: int = 1000
     # Seconds a delivery process's claim on a subscription lasts (renewed while it works):
     # how long a killed worker's subscriptions wait before another takes them over.
     delivery_claim_seconds: float = 60.0
@@ -172,6 +183,10 @@ class Settings:
             raise ConfigError("WebSub leases need 0 < LUCID_LEASE_MIN <= LUCID_LEASE_DEFAULT <= LUCID_LEASE_MAX")
         if self.delivery_max_attempts < 1 or self.delivery_backoff_base <= 0 or self.delivery_timeout <= 0:
             raise ConfigError("LUCID_DELIVERY_MAX_ATTEMPTS, _BACKOFF_BASE and _TIMEOUT must be positive")
+        if min(self.delivery_threads, self.delivery_per_client, self.delivery_per_host,
+               self.delivery_slow_threads, self.max_subscriptions_per_client) < 1 or self.delivery_slow_seconds <= 0:
+            raise ConfigError("LUCID_DELIVERY_THREADS, _PER_CLIENT, _PER_HOST, _SLOW_THREADS, _SLOW_SECONDS and "
+                              "LUCID_MAX_SUBSCRIPTIONS_PER_CLIENT must be positive")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
         try:

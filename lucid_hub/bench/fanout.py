@@ -97,7 +97,9 @@ class Receiver:
 def _hub(data: Path, extra: dict[str, str], workers: int, callback_prefix: str) -> Iterator[HubProcess]:
     """`lucid-hub serve` and, with `workers`, that many `lucid-hub worker` processes that do
     all the delivering (serve then only publishes)."""
-    env = {"LUCID_DELIVER_IN_PROCESS": "0" if workers else "1", **extra}
+    # All subscribers are one client on one callback host (the bench's): no subscription cap.
+    env = {"LUCID_DELIVER_IN_PROCESS": "0" if workers else "1", "LUCID_MAX_SUBSCRIPTIONS_PER_CLIENT": "1000000",
+           **extra}
     with HubProcess("bench", data, env, callback_prefixes=[callback_prefix]) as hub:  # migrated once up
         procs = [subprocess.Popen([sys.executable, "-m", "lucid_hub.cli", "worker", "--name", f"bench-{n}"],
                                   env=hub.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -28,13 +28,14 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import requests
 import urllib3
-from sqlalchemy import Table, bindparam, case, delete, or_, select, update
+from sqlalchemy import Table, bindparam, case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from lucid_hub import outbound
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, PatchRecord, Subscription
 from lucid_hub.db.session import Database
+from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
 from lucid_hub.delivery.safety import parse_cidrs
 from lucid_hub.errors import ForbiddenError, InputError, NotFoundError
 from lucid_hub.metrics import Metrics
@@ -49,6 +50,7 @@ from lucid_hub.rdf.serialization import write_patch
 log = logging.getLogger(__name__)
 MEDIA_TYPES = {RDF_PATCH: "rdf-patch", "application/trig": "trig", "application/ld+json": "jsonld"}
 BATCH = 100  # patches one subscription gets in a row before others have their turn
+CANDIDATES = 1000  # due subscriptions a round considers (those it cannot start wait for the next)
 # The delivery path uses SQLAlchemy Core on the tables (no ORM identity map per delivery).
 SUBS = cast(Table, Subscription.__table__)
 PATCHES = cast(Table, PatchRecord.__table__)
@@ -112,6 +114,8 @@ class _Task:
     start: int  # the cursor when the round read it
     attempts: int
     patches: list[_Patch]
+    lane: str = "fast"
+    host: str = ""
 
 
 @dataclass
@@ -242,7 +246,16 @@ class WebSubHub:
         # large share of each delivery.
         self.pool = outbound.pool_manager(policy, num_pools=256, maxsize=8, retries=False, headers={
             "User-Agent": "lucid-hub WebSub hub"}, timeout=urllib3.Timeout(total=settings.delivery_timeout))
-        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="websub")
+        # Verifications of intent and denial notices have threads of their own; deliveries run
+        # in a fast and a slow lane, shared out by client and host (delivery/fairness.py).
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="websub-verify")
+        fast = LaneLimits(settings.delivery_threads, settings.delivery_per_client, settings.delivery_per_host)
+        slow = LaneLimits(settings.delivery_slow_threads, max(1, settings.delivery_slow_threads // 2),
+                          max(1, settings.delivery_slow_threads // 2))
+        self.speed = HostSpeed(settings.delivery_slow_seconds)
+        self.capacity = Capacity(fast, slow, self.speed)
+        self._lanes = {lane: ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix=f"websub-{lane}")
+                       for lane, limits in (("fast", fast), ("slow", slow))}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -264,16 +277,23 @@ class WebSubHub:
         nor cancel it, whatever its callback prefixes cover (NotYoursError, before anything
         is sent to the callback; checked again when the verified request is recorded)."""
         with self.db.session() as session:
-            self._check_owner(session, request)
+            self._check_request(session, request)
         self._executor.submit(self._verify, request)
 
-    @staticmethod
-    def _check_owner(session: Any, request: Request) -> None:
+    def _check_request(self, session: Any, request: Request) -> None:
+        """The owner rule, and for a new subscription the cap on subscriptions per client."""
         owner = session.scalars(select(Subscription.endpoint_id).where(
             Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
         if owner is not None and owner != request.endpoint_id and not request.admin:
             raise NotYoursError(f"the subscription of this callback to <{request.graph}> belongs to another "
                                 "client; only that client or an admin may change it")
+        if owner is None and request.mode == "subscribe":
+            cap = self.settings.max_subscriptions_per_client
+            held = session.scalar(select(func.count()).select_from(Subscription).where(
+                Subscription.endpoint_id == request.endpoint_id))
+            if held >= cap:
+                raise ForbiddenError(f"this client holds {held} subscriptions, its limit "
+                                     "(LUCID_MAX_SUBSCRIPTIONS_PER_CLIENT); unsubscribe others first")
 
     def deny(self, callback: str, topic: str, reason: str) -> None:
         """Tell a callback its subscription was denied (or has been cancelled)."""
@@ -308,7 +328,7 @@ class WebSubHub:
                 self._subscribe(request)
             else:
                 self._unsubscribe(request)
-        except NotYoursError as exc:  # the callback was subscribed by another client since
+        except ForbiddenError as exc:  # another client subscribed the callback since, or the cap
             log.warning("verified %s to <%s> not recorded: %s", request.mode, request.graph, exc)
         except Exception:  # in a pool thread: said here, or nowhere (the request was answered 202)
             log.exception("recording a verified %s to <%s> failed", request.mode, request.graph)
@@ -323,7 +343,7 @@ class WebSubHub:
 
     def _record_subscription(self, request: Request) -> None:
         with self.db.session() as session:
-            self._check_owner(session, request)  # another client may have subscribed meanwhile
+            self._check_request(session, request)  # another client may have subscribed meanwhile
             graph = session.get(Graph, request.graph)
             length = graph.length if graph is not None else 0
             row = session.scalars(select(Subscription).where(
@@ -352,7 +372,7 @@ class WebSubHub:
 
     def _unsubscribe(self, request: Request) -> None:
         with self.db.session() as session:
-            self._check_owner(session, request)
+            self._check_request(session, request)
             row = session.scalars(select(Subscription).where(
                 Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
             if row is not None:
@@ -374,7 +394,8 @@ class WebSubHub:
         self.drain()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self._executor.shutdown(wait=True, cancel_futures=True)  # deliveries in flight finish
+        for executor in (*self._lanes.values(), self._executor):
+            executor.shutdown(wait=True, cancel_futures=True)  # deliveries in flight finish
         self._recorder.stop()  # and are recorded
         try:  # what was claimed but not started is free for other processes at once
             with self.db.write() as conn:
@@ -394,9 +415,10 @@ class WebSubHub:
             self._wake.clear()
 
     def deliver_due(self) -> list[int]:
-        """Start a delivery round: every subscription with something due that no process is
-        delivering to is claimed (one UPDATE … RETURNING), its pending patches read (one
-        query per graph), and its POSTs handed to a thread. Returns the ids started.
+        """Start a delivery round: the subscriptions with something due that no process is
+        delivering to, as many as the lanes' shares allow (fairness.Capacity), are claimed
+        (one UPDATE … RETURNING), their pending patches read (one query per graph), and their
+        POSTs handed to a thread of their lane. Returns the ids started.
 
         A few statements a round, whatever the number of subscriptions: py-spy showed the
         per-subscription reads and commits of the first version as most of a delivery's cost."""
@@ -412,15 +434,27 @@ class WebSubHub:
                 self._subscribed = set(conn.execute(select(s.graph).where(s.state == "active").distinct()).scalars())
                 self._expired_at = time.monotonic()
             length = select(Graph.length).where(Graph.iri == s.graph).scalar_subquery()
-            claim = update(SUBS).where(
-                s.state == "active", s.next_attempt_at <= at, s.lease_expires_at > at, s.delivered_seq < length,
-                or_(s.claimed_until.is_(None), s.claimed_until < at))
+            due = (s.state == "active", s.next_attempt_at <= at, s.lease_expires_at > at, s.delivered_seq < length,
+                   or_(s.claimed_until.is_(None), s.claimed_until < at))
+            candidates = select(s.id, s.endpoint_id, s.callback).where(*due).order_by(s.next_attempt_at).limit(
+                CANDIDATES)
             if busy:  # (a claim of ours that ran out while its outcome is being recorded)
-                claim = claim.where(s.id.not_in(busy))
+                candidates = candidates.where(s.id.not_in(busy))
+            lanes: dict[int, str] = {}
+            for candidate in conn.execute(candidates):
+                lane = self.capacity.reserve(candidate.id, candidate.endpoint_id, callback_host(candidate.callback))
+                if lane is not None:
+                    lanes[candidate.id] = lane
+            if not lanes:
+                return []
+            claim = update(SUBS).where(s.id.in_(list(lanes)), *due)
             rows = conn.execute(claim.values(
                 claimed_by=self.worker_id, claimed_until=at + timedelta(seconds=self.claim_seconds)).returning(
                 s.id, s.graph, s.callback, s.secret, s.media_type, s.account, s.endpoint_id, s.groups,
                 s.delivered_seq, s.attempts)).all()
+            for sid in set(lanes) - {r.id for r in rows}:  # taken by another process meanwhile
+                self.capacity.release(sid)
+                del lanes[sid]
             # The patches the claimed cursors need: one range query per graph (subscribers
             # of a graph are usually at the same place).
             patches: dict[tuple[str, int], _Patch] = {}
@@ -438,14 +472,14 @@ class WebSubHub:
                 pending.append(patch)
             tasks.append(_Task(r.id, r.graph, r.callback, r.secret, r.media_type,
                                (r.account, r.endpoint_id, frozenset(r.groups.split())), r.delivered_seq,
-                               r.attempts, pending))
+                               r.attempts, pending, lanes[r.id], callback_host(r.callback)))
         with self._lock:
             self._in_flight.update(task.sid for task in tasks)
         retries = sum(1 for task in tasks if task.attempts)
         if retries:
             self.metrics.delivery_retries.inc(retries)
         for task in tasks:
-            self._executor.submit(self._deliver, task)
+            self._lanes[task.lane].submit(self._deliver, task)
         return [task.sid for task in tasks]
 
     def wait_for(self, sids: list[int]) -> None:
@@ -459,6 +493,8 @@ class WebSubHub:
         with self._lock:
             self._in_flight.difference_update(sids)
             self._lock.notify_all()
+        for sid in sids:
+            self.capacity.release(sid)
         self._wake.set()  # more may be due (these ones, after their batch)
 
     def _extend_claim(self, sid: int) -> bool:
@@ -497,10 +533,14 @@ class WebSubHub:
             posted = time.perf_counter()
             status, error = self._post(task.callback, task.graph, task.media_type, task.secret, patch.id,
                                        patch.prev, patch.body)
-            self.metrics.delivery_seconds.observe(time.perf_counter() - posted)
+            took = time.perf_counter() - posted
+            self.metrics.delivery_seconds.observe(took)
+            self.speed.observe(task.host, took)
             if 200 <= status < 300:
                 self.metrics.deliveries.labels("delivered").inc()
                 outcome.reached = patch.seq
+                if task.lane == "fast" and self.speed.is_slow(task.host):
+                    return  # the rest of the batch goes to the slow lane, next round
             elif status == 410:
                 self.metrics.deliveries.labels("gone").inc()
                 outcome.gone = True
