@@ -6,6 +6,8 @@ After bad input, archive, store and log must still agree (assert_consistent).
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import requests
 
 from lucid_hub.rdf.canon import Canonicalizer
@@ -41,7 +43,10 @@ def test_put_creates_versions_and_get_returns_them_exactly(hub: RunningHub) -> N
     first = put(hub, V1, **{"X-Lucid-Author": "alice", "X-Lucid-Message": "initial"})
     assert first.status_code == 201
     v1 = first.json()["version"]
-    assert first.headers["ETag"] == f'"{v1}"' and first.headers["Location"].endswith(v1)
+    assert first.headers["ETag"] == f'"{v1}"'
+    # 201: Location is the graph's resource; the patch that made it is linked beside
+    assert first.headers["Location"] == f"{hub.url}/graphs?graph={quote(G, safe='')}"
+    assert f'<{hub.url}/patches/{v1}>; rel="urn:lucid-hub:ns:patch"' in first.headers["Link"]
     second = put(hub, V2)
     assert second.status_code == 200 and second.json()["removed"] == 1 and second.json()["added"] == 2
     v2 = second.json()["version"]

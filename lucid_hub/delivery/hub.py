@@ -31,7 +31,7 @@ import urllib3
 from sqlalchemy import Table, bindparam, case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from lucid_hub import outbound
+from lucid_hub import outbound, resources
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Graph, PatchRecord, Subscription
 from lucid_hub.db.session import Database
@@ -554,8 +554,7 @@ class WebSubHub:
               prev: str | None, body: bytes) -> tuple[int, str]:
         if media_type != RDF_PATCH:
             body = write_patch(read_rdf_patch(body, self.canonicalizer), MEDIA_TYPES[media_type])
-        base = self.settings.public_url
-        headers = {"Content-Type": media_type, "Link": f'<{base}/hub>; rel="hub", <{graph}>; rel="self"',
+        headers = {"Content-Type": media_type, "Link": resources.discovery_links(self.settings.public_url, graph),
                    "X-Lucid-Patch-Id": patch_id, "X-Lucid-Prev": prev or "", "X-Lucid-Graph": graph}
         if secret:
             digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()

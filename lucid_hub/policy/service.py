@@ -24,7 +24,7 @@ from lucid_hub.db.session import Database
 from lucid_hub.errors import ConflictError, LucidError, NotFoundError, PolicyError, PreconditionFailedError
 from lucid_hub.policy.engine import Action, Party, PolicyEngine
 from lucid_hub.policy.model import Condition, conditions_from_quads, parse_turtle
-from lucid_hub.publish import Publisher
+from lucid_hub.publish import Publisher, at_version
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rdf.patch import Patch
@@ -157,7 +157,7 @@ class PolicyService:
         statements = {s for c in conditions for s in c.validate().statements()}
         try:
             patch = self.publisher.replace(POLICY_GRAPH, GraphMsgs(statements, Counter()), author=author[:512],
-                                           message=message[:4096], if_match=self._head or '""')
+                                           message=message[:4096], if_match=at_version(self._head))
         except PreconditionFailedError:
             self._checked = 0.0
             raise ConflictError("the access conditions were changed meanwhile (by another admin or hub "

@@ -49,6 +49,16 @@ from lucid_hub.store import GraphStore
 
 log = logging.getLogger(__name__)
 
+# A condition on a graph's version (its head; None before its first patch) for a change to
+# go ahead: HTTP If-Match, or the version an editor read.
+Precondition = Callable[[str | None], bool]
+
+
+def at_version(version: str | None) -> Precondition:
+    """The precondition that the graph is exactly at `version`."""
+    return lambda head: head == version
+
+
 # Test-only crash points (LUCID_FAULT=name): the process exits at once, as a kill would.
 FAULT_ENV = "LUCID_FAULT"
 # Outbox rows the relay appends to the log per round (the most a crash can leave behind).
@@ -273,12 +283,13 @@ class Publisher:
     # --- changing -----------------------------------------------------------------------
 
     def publish(self, graph: str, compute: Callable[[GraphView], GraphChange | None], *, author: str,
-                message: str, if_match: str | None = None, expect_prev: bool = False,
+                message: str, if_match: Precondition | None = None, expect_prev: bool = False,
                 prev: str | None = None) -> Patch | None:
         """Make the change `compute` derives from the graph's current MSGs; None if nothing changed.
 
-        `if_match` (HTTP If-Match) and `expect_prev` with `prev` (an uploaded patch's prev)
-        require the graph to be at that version.
+        `if_match` (HTTP If-Match / If-None-Match, an editor's last read) must accept the
+        graph's version (PreconditionFailedError, 412), and `expect_prev` with `prev` (an
+        uploaded patch's prev) requires the graph to be at that version (409).
 
         Optimistic: the change is computed against this process's store and appended with
         compare-and-set on the head, which succeeds only if the store was current. When
@@ -291,12 +302,13 @@ class Publisher:
             for attempt in range(CAS_ATTEMPTS):
                 caught_up = attempt > 0
                 head = self.store.version(graph)
-                stale = (if_match is not None and if_match != (head or '""')) or (expect_prev and prev != head)
+                stale = (if_match is not None and not if_match(head)) or (expect_prev and prev != head)
                 if stale and not caught_up:
                     self._sync(graph)  # the store may be behind: decide on the archive's head
                     continue
-                if if_match is not None and if_match != (head or '""'):
-                    raise PreconditionFailedError(f"<{graph}> is at version {head}, not {if_match}", head)
+                if if_match is not None and not if_match(head):
+                    raise PreconditionFailedError(f"<{graph}> is at version {head or '(none)'}, which the request's "
+                                                  "precondition (If-Match / If-None-Match) does not accept", head)
                 if expect_prev and prev != head:
                     raise ConflictError(f"patch follows {prev or 'nothing'}, but <{graph}> is at {head}", head)
                 change = compute(GraphView(self.store, graph, head, self.cache))

@@ -3,12 +3,13 @@ and `/patches/{id}` (one patch, content negotiation); RDF Patch upload."""
 
 from __future__ import annotations
 
+import hashlib
 import html
 
 import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
-from lucid_hub.errors import UnsupportedMediaTypeError
+from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -24,12 +25,37 @@ from lucid_hub.web.common import (
     patch_url,
     runtime,
 )
+from lucid_hub.web.media import EntityTags
 
 blueprint = Blueprint("archive", __name__)
 LDP = "http://www.w3.org/ns/ldp#"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 PATCH_TYPES = [RDF_PATCH, "application/trig", "application/ld+json", "text/html"]
 CONTAINER_TYPES = ["text/turtle", "application/ld+json", "application/n-triples", "application/json"]
+
+
+CONTAINER_LINKS = [f'<{LDP}BasicContainer>; rel="type"', f'<{LDP}Resource>; rel="type"']
+
+
+def _container_headers() -> dict[str, str]:
+    """What LDP says every container answer (and OPTIONS) carries: its types, what it accepts."""
+    return {"Link": ", ".join(CONTAINER_LINKS), "Accept-Post": RDF_PATCH, "Allow": "GET, HEAD, POST, OPTIONS"}
+
+
+@blueprint.route("/patches", methods=["OPTIONS"])
+def container_options() -> Response:
+    return Response(status=204, headers=_container_headers())
+
+
+def _request_uri() -> str:
+    """The URI the client asked for, as it sent it (the container's subject must be exactly
+    that, LDP §4.2.1.6): the hub's public base, then the request target before any decoding."""
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+    if not raw:
+        query = request.query_string.decode("latin-1")
+        raw = request.environ.get("SCRIPT_NAME", "") + request.environ.get("PATH_INFO", "") + (
+            f"?{query}" if query else "")
+    return f"{runtime().settings.public_url}{raw}"
 
 
 @blueprint.get("/patches")
@@ -42,22 +68,36 @@ def container() -> Response:
     records = runtime().publisher.history(graph, since=since, limit=settings.page_size + 1)
     page, more = records[: settings.page_size], len(records) > settings.page_size
     media_type = negotiate(CONTAINER_TYPES, "text/turtle")
-    if media_type == "application/json":  # a page of whole patches: how mirrors catch up
-        return jsonify({"graph": graph, "patches": [
-            {"id": r.id, "prev": r.prev, "seq": r.seq, "body": r.body.decode("utf-8")} for r in page],
-            "next": _page_url(graph, page[-1].id) if more else None})
-    self_url = request.url
-    quads = [ox.Quad(ox.NamedNode(self_url), ox.NamedNode(RDF_TYPE), ox.NamedNode(LDP + "BasicContainer"))]
-    for r in page:
-        quads.append(ox.Quad(ox.NamedNode(self_url), ox.NamedNode(LDP + "contains"), ox.NamedNode(patch_url(r.id))))
-    body = ox.serialize(quads, format=RDF_MEDIA_TYPES[media_type], prefixes={"ldp": LDP})
-    response = Response(body, mimetype=media_type)
-    links = [f'<{LDP}BasicContainer>; rel="type"', f'<{graph_url(graph)}>; rel="describes"']
+    # A page is fixed by its graph, its start, what it lists and its syntax.
+    tag = hashlib.sha256("\n".join([graph, since or "", media_type, str(more),
+                                     *(r.id for r in page)]).encode()).hexdigest()
+    headers = {**_container_headers(), "ETag": etag(tag), "Vary": "Accept"}
+    links = [*CONTAINER_LINKS, f'<{graph_url(graph)}>; rel="describes"']
     if more:
         links.append(f'<{_page_url(graph, page[-1].id)}>; rel="next"')
-    response.headers["Link"] = ", ".join(links)
-    response.headers["Vary"] = "Accept"
-    return response
+    headers["Link"] = ", ".join(links)
+    none_match = _tags("If-None-Match")
+    if none_match is not None and none_match.match_weak(tag):
+        return Response(status=304, headers=headers)
+    if media_type == "application/json":  # a page of whole patches: how mirrors catch up
+        response = jsonify({"graph": graph, "patches": [
+            {"id": r.id, "prev": r.prev, "seq": r.seq, "body": r.body.decode("utf-8")} for r in page],
+            "next": _page_url(graph, page[-1].id) if more else None})
+        response.headers.update(headers)
+        return response
+    self_url = ox.NamedNode(_request_uri())
+    quads = [ox.Quad(self_url, ox.NamedNode(RDF_TYPE), ox.NamedNode(LDP + "BasicContainer"))]
+    for r in page:
+        quads.append(ox.Quad(self_url, ox.NamedNode(LDP + "contains"), ox.NamedNode(patch_url(r.id))))
+    body = ox.serialize(quads, format=RDF_MEDIA_TYPES[media_type], prefixes={"ldp": LDP})
+    return Response(body, mimetype=media_type, headers=headers)
+
+
+def _tags(header: str) -> EntityTags | None:
+    try:
+        return EntityTags.parse(request.headers.get(header))
+    except ValueError as exc:
+        raise InputError(f"{header}: {exc}") from None
 
 
 def _page_url(graph: str, since: str) -> str:
@@ -73,19 +113,22 @@ def patch_resource(patch_id: str) -> Response:
     record = runtime().publisher.patch(patch_id)
     require_graph(record.graph, "read")
     media_type = negotiate(PATCH_TYPES, RDF_PATCH)
+    # One strong ETag per representation; a patch never changes, but it is read with a token:
+    # only the caller's own cache may keep it (a shared one would serve it to anybody).
+    tag = patch_id if media_type == RDF_PATCH else f"{patch_id};{media_type}"
+    headers = {"ETag": etag(tag), "Cache-Control": "private, max-age=31536000, immutable", "Vary": "Accept",
+               "Link": f'<{LDP}Resource>; rel="type", {discovery_links(record.graph)}'}
+    none_match = _tags("If-None-Match")
+    if none_match is not None and none_match.match_weak(tag):
+        return Response(status=304, headers=headers)
     if media_type == RDF_PATCH:
         body = record.body
+    elif media_type == "text/html":
+        body = _html(record.graph, patch_id, record.body.decode()).encode()
     else:
         patch = read_rdf_patch(record.body, runtime().canonicalizer)
-        if media_type == "text/html":
-            return Response(_html(record.graph, patch_id, record.body.decode()), mimetype="text/html")
         body = write_patch(patch, "trig" if media_type == "application/trig" else "jsonld")
-    response = Response(body, mimetype=media_type)
-    response.headers["ETag"] = etag(patch_id)
-    response.headers["Cache-Control"] = "public, max-age=31536000, immutable"  # a patch never changes
-    response.headers["Vary"] = "Accept"
-    response.headers["Link"] = discovery_links(record.graph)
-    return response
+    return Response(body, mimetype=media_type, headers=headers)
 
 
 def _html(graph: str, patch_id: str, text: str) -> str:

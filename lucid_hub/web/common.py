@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
 
 import pyoxigraph as ox
 from flask import current_app, request
 
-from lucid_hub import nesting
+from lucid_hub import nesting, resources
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.networks import client_address
 from lucid_hub.rdf.syntax import read_quads
 from lucid_hub.runtime import Runtime
+from lucid_hub.web import media
 
 RDF_MEDIA_TYPES = {
     "text/turtle": ox.RdfFormat.TURTLE,
@@ -71,28 +71,21 @@ def message() -> str:
 
 
 def negotiate(offers: list[str], default: str) -> str:
-    """The offered media type the Accept header prefers (the default for */* or none)."""
-    if not request.accept_mimetypes or request.accept_mimetypes.best == "*/*":
-        return default
-    best = request.accept_mimetypes.best_match(offers)
-    if best is None:
-        from werkzeug.exceptions import NotAcceptable
-
-        raise NotAcceptable(f"available: {', '.join(offers)}")
-    return str(best)
+    """The offered media type the request's Accept header prefers (web.media.negotiate)."""
+    return media.negotiate(request.headers.get("Accept"), offers, default)
 
 
 def graph_url(graph: str) -> str:
-    return f"{runtime().settings.public_url}/graphs?graph={quote(graph, safe='')}"
+    return resources.graph_url(runtime().settings.public_url, graph)
 
 
 def patch_url(patch_id: str) -> str:
-    return f"{runtime().settings.public_url}/patches/{patch_id}"
+    return resources.patch_url(runtime().settings.public_url, patch_id)
 
 
 def discovery_links(graph: str) -> str:
     """WebSub discovery (`rel=hub`, `rel=self`) for a graph resource."""
-    return f'<{runtime().settings.public_url}/hub>; rel="hub", <{graph_url(graph)}>; rel="self"'
+    return resources.discovery_links(runtime().settings.public_url, graph)
 
 
 def etag(version: str | None) -> str:

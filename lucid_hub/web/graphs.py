@@ -1,43 +1,68 @@
-"""SPARQL 1.1 Graph Store HTTP Protocol on owned graphs: `/graphs?graph=IRI`."""
+"""SPARQL 1.1 Graph Store HTTP Protocol on owned graphs: `/graphs?graph=IRI`.
+
+Where the hub deviates from the protocol (docs/http-api.md): it has no default graph, so
+`?default` is refused with a reason; multipart bodies are refused (one RDF document per
+request); `POST /graphs` without `graph` creates a graph under a new IRI the hub mints.
+"""
 
 from __future__ import annotations
+
+import uuid
 
 import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
-from lucid_hub.errors import InputError
+from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.publish import Precondition
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.store.graphs import check_no_skolem
-from lucid_hub.web.authz import author, authorized_graph
+from lucid_hub.web.authz import author, authorized_graph, require_graph
 from lucid_hub.web.common import (
     RDF_MEDIA_TYPES,
     body_quads,
     discovery_links,
     etag,
+    graph_url,
     message,
     negotiate,
     patch_url,
     runtime,
 )
+from lucid_hub.web.media import EntityTags
 
 blueprint = Blueprint("graphs", __name__)
 OUTPUT_TYPES = ["text/turtle", "application/trig", "application/n-quads", "application/n-triples",
                 "application/ld+json"]
+# Link relation of a change's answer to the patch that made it (the patch is not the graph).
+PATCH_REL = "urn:lucid-hub:ns:patch"
+
+
+def _no_default_graph() -> None:
+    if "default" in request.args:
+        raise InputError("this hub has no default graph: every graph is named (use ?graph=IRI; "
+                         "docs/http-api.md)")
+
+
+def _tags(header: str) -> EntityTags | None:
+    try:
+        return EntityTags.parse(request.headers.get(header))
+    except ValueError as exc:
+        raise InputError(f"{header}: {exc}") from None
 
 
 @blueprint.get("/graphs")
 def get_graph() -> Response:
+    _no_default_graph()
     graph = authorized_graph("read")
     version, statements = runtime().publisher.content(graph, request.args.get("version"))
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
-    body = render(graph, statements, media_type)
-    response = Response(body, mimetype=media_type)
-    response.headers["ETag"] = etag(version)
-    response.headers["Link"] = discovery_links(graph)
-    response.headers["Vary"] = "Accept"
-    return response
+    headers = {"ETag": etag(version), "Link": discovery_links(graph), "Vary": "Accept"}
+    none_match = _tags("If-None-Match")
+    if none_match is not None and none_match.match_weak(version):
+        return Response(status=304, headers=headers)
+    return Response(render(graph, statements, media_type), mimetype=media_type, headers=headers)
 
 
 def render(graph: str, statements: list[str], media_type: str) -> bytes:
@@ -52,6 +77,9 @@ def render(graph: str, statements: list[str], media_type: str) -> bytes:
 
 
 def _body_msgs(graph: str) -> GraphMsgs:
+    if (request.mimetype or "").startswith("multipart/"):
+        raise UnsupportedMediaTypeError("multipart bodies are not accepted: send one RDF document per request "
+                                        "(docs/http-api.md)")
     builders = split_graphs(body_quads(graph), graph, "request body")
     other = sorted(set(builders) - {graph})
     if other:
@@ -63,43 +91,64 @@ def _body_msgs(graph: str) -> GraphMsgs:
     return msgs
 
 
-def _if_match() -> str | None:
-    value = request.headers.get("If-Match")
-    return None if value is None or value.strip() == "*" else value.strip()
+def _precondition() -> Precondition | None:
+    """If-Match (strong comparison) and If-None-Match (weak) on the graph's version."""
+    match, none_match = _tags("If-Match"), _tags("If-None-Match")
+    if match is None and none_match is None:
+        return None
+
+    def holds(head: str | None) -> bool:
+        return ((match is None or match.match_strong(head))
+                and (none_match is None or not none_match.match_weak(head)))
+    return holds
 
 
-def _result(graph: str, patch: Patch | None) -> Response:
+def _result(graph: str, patch: Patch | None, *, minted: bool = False) -> Response:
     created = patch is not None and patch.prev is None
     version = patch.id if patch else runtime().publisher.head(graph)
     payload = {"graph": graph, "version": version, "patch": patch.id if patch else None,
                "removed": len(patch.removed) if patch else 0, "added": len(patch.added) if patch else 0}
     response = jsonify(payload)
-    response.status_code = 201 if created else 200
+    response.status_code = 201 if created or minted else 200
     response.headers["ETag"] = etag(version)
+    links = [discovery_links(graph)]
     if patch:
-        response.headers["Location"] = patch_url(patch.id)
-    response.headers["Link"] = discovery_links(graph)
+        links.append(f'<{patch_url(patch.id)}>; rel="{PATCH_REL}"')
+    if response.status_code == 201:
+        response.headers["Location"] = graph_url(graph)  # the graph's resource, not the patch
+    response.headers["Link"] = ", ".join(links)
     return response
 
 
 @blueprint.put("/graphs")
 def put_graph() -> Response:
+    _no_default_graph()
     graph = authorized_graph("write")
     new = _body_msgs(graph)
-    patch = runtime().publisher.replace(graph, new, author=author(), message=message(), if_match=_if_match())
+    patch = runtime().publisher.replace(graph, new, author=author(), message=message(), if_match=_precondition())
     return _result(graph, patch)
 
 
 @blueprint.post("/graphs")
 def post_graph() -> Response:
-    graph = authorized_graph("write")
+    _no_default_graph()
+    if "graph" not in request.args:  # GSP §5.5: a new graph, named by the hub
+        graph = f"{runtime().settings.public_url}/graphs/{uuid.uuid4()}"
+        require_graph(graph, "write")
+        minted = True
+    else:
+        graph = authorized_graph("write")
+        minted = False
     new = _body_msgs(graph)
-    patch = runtime().publisher.merge(graph, new, author=author(), message=message(), if_match=_if_match())
-    return _result(graph, patch)
+    patch = runtime().publisher.merge(graph, new, author=author(), message=message(), if_match=_precondition())
+    if minted and patch is None:
+        raise InputError("a new graph needs at least one triple")
+    return _result(graph, patch, minted=minted)
 
 
 @blueprint.delete("/graphs")
 def delete_graph() -> Response:
+    _no_default_graph()
     graph = authorized_graph("write")
-    patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_if_match())
+    patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_precondition())
     return _result(graph, patch)

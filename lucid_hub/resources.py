@@ -1,0 +1,24 @@
+"""The URLs of this hub's own resources: one spelling for the web layer and for deliveries
+(a delivery's `rel="self"` must be the very URL discovery gives)."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+
+def graph_url(base: str, graph: str) -> str:
+    """The graph's resource (Graph Store Protocol, indirect identification); the WebSub topic URL."""
+    return f"{base}/graphs?graph={quote(graph, safe='')}"
+
+
+def patch_url(base: str, patch_id: str) -> str:
+    return f"{base}/patches/{patch_id}"
+
+
+def hub_url(base: str) -> str:
+    return f"{base}/hub"
+
+
+def discovery_links(base: str, graph: str) -> str:
+    """WebSub discovery (`rel=hub`, `rel=self`) for a graph: on its resource and on deliveries."""
+    return f'<{hub_url(base)}>; rel="hub", <{graph_url(base, graph)}>; rel="self"'

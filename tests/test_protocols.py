@@ -1,0 +1,123 @@
+"""The Graph Store Protocol and LDP as standard clients use them: media types with
+parameters, entity tags exactly as the hub sends them, creating a graph, the container's
+headers and subject (issue 14, points 12 and 13)."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pyoxigraph as ox
+import pytest
+
+from tests.conftest import RunningHub, assert_consistent
+
+G = "http://example.org/graphs/kpi"
+NT = {"Content-Type": "application/n-triples"}
+V1 = '<http://ex/a> <http://ex/p> "1" .\n'
+V2 = '<http://ex/a> <http://ex/p> "2" .\n'
+JSONLD_PROFILE = 'application/ld+json; profile="http://www.w3.org/ns/json-ld#expanded"'
+
+
+def put(hub: RunningHub, body: str, graph: str = G, **headers: str):  # type: ignore[no-untyped-def]
+    return hub.http.put(f"{hub.url}/graphs", params={"graph": graph}, data=body.encode(), timeout=30,
+                        headers={**NT, **headers})
+
+
+@pytest.mark.parametrize(("accept", "served"), [
+    ("text/turtle;charset=utf-8", "text/turtle"),
+    ("text/turtle; charset=UTF-8; q=0.9, application/n-triples; q=0.1", "text/turtle"),
+    (JSONLD_PROFILE, "application/ld+json"),
+    ("application/n-triples;q=0.5, text/turtle;q=0.4", "application/n-triples"),
+    ("image/png, */*;q=0.1", "text/turtle"),
+    ("TEXT/Turtle", "text/turtle"),
+])
+def test_accept_with_parameters_is_negotiated_on_graphs_and_archive(hub: RunningHub, accept: str, served: str) -> None:
+    patch = put(hub, V1).json()["patch"]
+    graph = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": accept}, timeout=30)
+    assert graph.status_code == 200 and graph.headers["Content-Type"].startswith(served), graph.text
+    container = hub.http.get(f"{hub.url}/patches", params={"graph": G}, headers={"Accept": accept}, timeout=30)
+    assert container.status_code == 200 and container.headers["Content-Type"].startswith(served)
+    one = hub.http.get(f"{hub.url}/patches/{patch}", headers={"Accept": f"{JSONLD_PROFILE}, application/trig;q=0.5"},
+                       timeout=30)
+    assert one.status_code == 200 and one.headers["Content-Type"].startswith("application/ld+json")
+
+
+def test_if_match_with_the_etag_as_sent_and_other_preconditions(hub: RunningHub) -> None:
+    first = put(hub, V1)
+    etag = first.headers["ETag"]
+    assert etag.startswith('"urn:sha256:')
+    ok = put(hub, V2, **{"If-Match": etag})  # exactly as the hub sent it
+    assert ok.status_code == 200, ok.text
+    stale = put(hub, V1, **{"If-Match": etag})
+    assert stale.status_code == 412 and stale.headers["ETag"] == ok.headers["ETag"]
+    assert put(hub, V1, **{"If-Match": f'"urn:sha256:{"0" * 64}", {ok.headers["ETag"]}'}).status_code == 200
+    current = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, timeout=30).headers["ETag"]
+    assert put(hub, V2, **{"If-Match": f"W/{current}"}).status_code == 412  # weak tags never match If-Match
+    assert put(hub, V2, **{"If-Match": "*"}).status_code == 200  # the graph exists
+    assert put(hub, V1, "http://example.org/graphs/new", **{"If-Match": "*"}).status_code == 412
+    assert put(hub, V1, **{"If-None-Match": "*"}).status_code == 412  # create-only, but it exists
+    created = put(hub, V1, "http://example.org/graphs/new", **{"If-None-Match": "*"})
+    assert created.status_code == 201
+    bare = put(hub, V2, **{"If-Match": current.strip('"')})
+    assert bare.status_code == 400 and "not an entity tag" in bare.text
+    now = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, timeout=30)
+    unchanged = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"If-None-Match": now.headers["ETag"]},
+                             timeout=30)
+    assert unchanged.status_code == 304 and unchanged.headers["ETag"] == now.headers["ETag"] and not unchanged.content
+    assert_consistent(hub.runtime)
+
+
+def test_post_without_a_graph_creates_one_and_locates_it(hub: RunningHub) -> None:
+    created = hub.http.post(f"{hub.url}/graphs", data=V1.encode(), headers=NT, timeout=30)
+    assert created.status_code == 201, created.text
+    graph = created.json()["graph"]
+    assert graph.startswith(f"{hub.url}/graphs/")
+    assert created.headers["Location"] == f"{hub.url}/graphs?graph={quote(graph, safe='')}"
+    content = hub.http.get(created.headers["Location"], headers={"Accept": "application/n-triples"}, timeout=30)
+    assert content.status_code == 200 and content.text == V1
+    empty = hub.http.post(f"{hub.url}/graphs", data=b"", headers=NT, timeout=30)
+    assert empty.status_code == 400 and "at least one triple" in empty.text
+    reader = hub.session(hub.token("reader", ("partner",), ("graphs:read", "graphs:write")))
+    assert reader.post(f"{hub.url}/graphs", data=V1.encode(), headers=NT, timeout=30).status_code == 403
+    assert_consistent(hub.runtime)
+
+
+def test_default_graph_and_multipart_are_refused_with_a_reason(hub: RunningHub) -> None:
+    for method in ("GET", "PUT", "POST", "DELETE"):
+        answer = hub.http.request(method, f"{hub.url}/graphs?default", data=V1.encode(), headers=NT, timeout=30)
+        assert answer.status_code == 400 and "no default graph" in answer.text, (method, answer.text)
+    multipart = hub.http.post(f"{hub.url}/graphs", params={"graph": G}, files={"a": ("a.nt", V1, "application/n-triples")},
+                              timeout=30)
+    assert multipart.status_code == 415 and "multipart" in multipart.text
+
+
+def test_a_replace_answers_200_without_location_and_links_its_patch(hub: RunningHub) -> None:
+    put(hub, V1)
+    second = put(hub, V2)
+    assert second.status_code == 200 and "Location" not in second.headers
+    assert f'<{hub.url}/patches/{second.json()["patch"]}>; rel="urn:lucid-hub:ns:patch"' in second.headers["Link"]
+
+
+def test_the_archive_container_speaks_ldp(hub: RunningHub) -> None:
+    for i in range(2):
+        put(hub, f'<http://ex/a> <http://ex/p> "{i}" .\n')
+    raw_query = f"graph={quote(G, safe='')}"  # percent-encoded, as a client may send it
+    url = f"{hub.url}/patches?{raw_query}"
+    page = hub.http.get(url, headers={"Accept": "text/turtle"}, timeout=30)
+    assert page.status_code == 200
+    link = page.headers["Link"]
+    assert '<http://www.w3.org/ns/ldp#BasicContainer>; rel="type"' in link
+    assert '<http://www.w3.org/ns/ldp#Resource>; rel="type"' in link
+    assert page.headers["Accept-Post"] == "application/rdf-patch" and page.headers["ETag"].startswith('"')
+    subjects = {q.subject for q in ox.parse(page.content, format=ox.RdfFormat.TURTLE)}
+    assert subjects == {ox.NamedNode(url)}  # exactly the request URI as sent
+    again = hub.http.get(url, headers={"Accept": "text/turtle", "If-None-Match": page.headers["ETag"]}, timeout=30)
+    assert again.status_code == 304
+    put(hub, '<http://ex/a> <http://ex/p> "new" .\n')
+    changed = hub.http.get(url, headers={"Accept": "text/turtle", "If-None-Match": page.headers["ETag"]}, timeout=30)
+    assert changed.status_code == 200 and changed.headers["ETag"] != page.headers["ETag"]
+    options = hub.http.options(url, timeout=30)
+    assert options.status_code == 204 and options.headers["Accept-Post"] == "application/rdf-patch"
+    assert "ldp#BasicContainer" in options.headers["Link"] and "POST" in options.headers["Allow"]
+    one = hub.http.get(f"{hub.url}/patches/{hub.runtime.publisher.head(G)}", timeout=30)
+    assert 'ldp#Resource>; rel="type"' in one.headers["Link"] and one.headers["Cache-Control"].startswith("private")
