@@ -121,3 +121,37 @@ def test_the_archive_container_speaks_ldp(hub: RunningHub) -> None:
     assert "ldp#BasicContainer" in options.headers["Link"] and "POST" in options.headers["Allow"]
     one = hub.http.get(f"{hub.url}/patches/{hub.runtime.publisher.head(G)}", timeout=30)
     assert 'ldp#Resource>; rel="type"' in one.headers["Link"] and one.headers["Cache-Control"].startswith("private")
+
+
+LEXICAL = ('<http://ex/a> <http://ex/n> "01"^^<http://www.w3.org/2001/XMLSchema#integer> , '
+           '"+1"^^<http://www.w3.org/2001/XMLSchema#integer> , "7"^^<http://www.w3.org/2001/XMLSchema#integer> , '
+           '"1.50"^^<http://www.w3.org/2001/XMLSchema#decimal> , ".5"^^<http://www.w3.org/2001/XMLSchema#decimal> , '
+           '"1.0E0"^^<http://www.w3.org/2001/XMLSchema#double> , "1"^^<http://www.w3.org/2001/XMLSchema#boolean> , '
+           '"true"^^<http://www.w3.org/2001/XMLSchema#boolean> .\n')
+
+
+@pytest.mark.parametrize(("accept", "rdflib_format"), [("text/turtle", "turtle"), ("application/trig", "trig")])
+def test_turtle_and_trig_round_trip_every_lexical_form_through_rdflib(hub: RunningHub, accept: str,
+                                                                     rdflib_format: str) -> None:
+    import rdflib
+
+    expected = {str(q.object) for q in ox.parse(LEXICAL.encode(), format=ox.RdfFormat.TURTLE)}
+    patch = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, data=LEXICAL.encode(), timeout=30,
+                         headers={"Content-Type": "text/turtle"}).json()["patch"]
+    graph_text = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": accept}, timeout=30).text
+    patch_text = hub.http.get(f"{hub.url}/patches/{patch}", headers={"Accept": "application/trig"}, timeout=30).text
+    assert "01" in graph_text and " 01 " not in graph_text  # quoted, not a bare token
+    was = rdflib.NORMALIZE_LITERALS
+    rdflib.NORMALIZE_LITERALS = False  # rdflib keeps lexical forms only when told so
+    try:
+        for text, fmt in ((graph_text, rdflib_format), (patch_text, "trig")):
+            dataset = rdflib.Dataset()
+            dataset.parse(data=text, format=fmt)
+            read = {o.n3() for _s, p, o, _g in dataset.quads() if str(p) == "http://ex/n"}
+            assert read == expected, (fmt, read ^ expected)
+    finally:
+        rdflib.NORMALIZE_LITERALS = was
+    for text, fmt in ((graph_text, accept), (patch_text, "application/trig")):  # and pyoxigraph
+        read = {str(q.object) for q in ox.parse(text.encode(), format=ox.RdfFormat.from_media_type(fmt))
+                if q.predicate.value == "http://ex/n"}
+        assert read == expected

@@ -23,7 +23,7 @@ from lucid_hub.rdf.patch import (
     parse_created,
     patch_statement,
 )
-from lucid_hub.rdf.syntax import read_quads
+from lucid_hub.rdf.syntax import read_quads, serialize
 
 ECCREV = "https://vocab.eccenca.com/revision/"
 PROV = "http://www.w3.org/ns/prov#"
@@ -73,9 +73,7 @@ def patch_quads(patch: Patch) -> Iterator[ox.Quad]:
 
 def write_revision(patch: Patch, fmt: str) -> bytes:
     """The patch as TriG (`trig`) or JSON-LD (`jsonld`)."""
-    out = ox.serialize(patch_quads(patch), format=_FORMATS[fmt], prefixes=PREFIXES)
-    assert out is not None
-    return out
+    return serialize(patch_quads(patch), _FORMATS[fmt], PREFIXES)
 
 
 def read_revision(raw: bytes, fmt: str, canonicalizer: Canonicalizer) -> Patch:

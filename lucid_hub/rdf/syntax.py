@@ -175,11 +175,41 @@ def _read_gzip(p: Path, rdf_fmt: ox.RdfFormat, check_terms: bool) -> Iterator[ox
         raise InputError(f"{p}: cannot read: {exc}") from None
 
 
+XSD = "http://www.w3.org/2001/XMLSchema#"
+# Turtle and TriG write numbers and booleans bare (`01`, `1.0E0`), and readers turn a bare
+# token into its value: rdflib reads `01` as "1" and `1.0E0` as "1.0". A literal is written
+# bare only in the form such readers keep; the others, and every double, are quoted
+# ("01"^^xsd:integer), so that each syntax round-trips exactly (rdflib still normalises
+# integers unless rdflib.NORMALIZE_LITERALS is False: docs/http-api.md).
+_BARE_FORMS = {XSD + "integer": re.compile(r"0|-?[1-9][0-9]*"),
+               XSD + "decimal": re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]+"),
+               XSD + "boolean": re.compile(r"true|false"),
+               XSD + "double": None}
+# While serialising, the quoted ones carry this datatype namespace (which no input may use:
+# store.graphs.check_no_skolem), then get their XSD datatype back in the text.
+_QUOTED_NS = "urn:lucid-hub:xsd:"
+
+
+def _quote_numbers(quads: Iterable[ox.Quad]) -> Iterator[ox.Quad]:
+    for quad in quads:
+        obj = quad.object
+        if type(obj) is ox.Literal and obj.datatype.value in _BARE_FORMS:
+            bare = _BARE_FORMS[obj.datatype.value]
+            if bare is None or not bare.fullmatch(obj.value):
+                hidden = ox.NamedNode(_QUOTED_NS + obj.datatype.value[len(XSD):])
+                quad = ox.Quad(quad.subject, quad.predicate, ox.Literal(obj.value, datatype=hidden), quad.graph_name)
+        yield quad
+
+
 def serialize(quads: Iterable[ox.Quad], fmt: ox.RdfFormat, prefixes: dict[str, str] | None = None) -> bytes:
-    """Serialise quads; for triple formats the quads must all be in one graph."""
+    """Serialise quads, literals exactly as they are; for triple formats the quads must all
+    be in one graph."""
+    textual = fmt in (ox.RdfFormat.TURTLE, ox.RdfFormat.TRIG)
+    if textual:
+        quads = _quote_numbers(quads)
     items: Iterable[ox.Quad] | Iterable[ox.Triple] = quads
     if not fmt.supports_datasets:
         items = (q.triple for q in quads)
     out = ox.serialize(items, format=fmt, prefixes=prefixes)
     assert out is not None
-    return out
+    return out.replace(b"<" + _QUOTED_NS.encode(), f"<{XSD}".encode()) if textual else out

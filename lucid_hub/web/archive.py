@@ -14,6 +14,7 @@ from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
+from lucid_hub.rdf.syntax import serialize
 from lucid_hub.web.authz import author, authorized_graph, require_graph, require_scope
 from lucid_hub.web.common import (
     RDF_MEDIA_TYPES,
@@ -89,7 +90,7 @@ def container() -> Response:
     quads = [ox.Quad(self_url, ox.NamedNode(RDF_TYPE), ox.NamedNode(LDP + "BasicContainer"))]
     for r in page:
         quads.append(ox.Quad(self_url, ox.NamedNode(LDP + "contains"), ox.NamedNode(patch_url(r.id))))
-    body = ox.serialize(quads, format=RDF_MEDIA_TYPES[media_type], prefixes={"ldp": LDP})
+    body = serialize(quads, RDF_MEDIA_TYPES[media_type], prefixes={"ldp": LDP})
     return Response(body, mimetype=media_type, headers=headers)
 
 
