@@ -1,0 +1,138 @@
+"""Guard processes: work that untrusted input can make unbounded runs in a child process
+that is killed at its deadline (and runs under a memory limit), so the hub never hangs or
+crashes with it. Canonicalisation (`rdf/canon.py`) and SPARQL (`store/sparql.py`) use it.
+
+The child runs `module:function(request: Frame) -> Frame` for each request, one at a time,
+speaking length-prefixed frames on stdin/stdout. A frame is a JSON header and a body.
+
+Hand-written rather than multiprocessing/concurrent.futures: neither can kill one hung
+call and go on, and a plain child process avoids re-importing the caller's __main__.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+# Seconds a new guard process may take to start (interpreter, imports), apart from the work.
+STARTUP_TIMEOUT = 60.0
+
+
+@dataclass
+class Frame:
+    """A message between a hub process and its guard: a JSON header and a byte body."""
+
+    header: dict[str, Any] = field(default_factory=dict)
+    body: bytes = b""
+
+    def encode(self) -> bytes:
+        head = json.dumps(self.header, separators=(",", ":")).encode()
+        return struct.pack(">QQ", len(head), len(self.body)) + head + self.body
+
+
+class GuardFailed(Exception):
+    """The guard did not answer: it overran its deadline, hit its memory limit or crashed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class GuardProcess:
+    """One child Python serving `target` ("module:function") for frames, until killed."""
+
+    def __init__(self, target: str, memory_mb: int, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", f"from lucid_hub.guard import serve; serve({target!r})"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**os.environ, **(env or {}), "LUCID_GUARD_MEMORY_MB": str(memory_mb)},
+        )
+        self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+    def call(self, request: Frame, timeout: float) -> Frame:
+        """Send a request, wait for its answer; GuardFailed (the caller kills) otherwise."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if not self.ready:
+            # Start-up (interpreter, imports) is not the job's work: wait for it separately.
+            _read_frame(self.proc.stdout, time.monotonic() + STARTUP_TIMEOUT, STARTUP_TIMEOUT)
+            self.ready = True
+        deadline = time.monotonic() + timeout
+        try:
+            self.proc.stdin.write(request.encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise GuardFailed("failed: the guard process stopped") from None
+        return _read_frame(self.proc.stdout, deadline, timeout)
+
+
+def _read_exactly(stream: IO[bytes], size: int, deadline: float, timeout: float) -> bytes:
+    fd = stream.fileno()
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining:
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            raise GuardFailed(f"exceeded the work limit of {timeout:g} s")
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            raise GuardFailed("exceeded the memory limit or crashed")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(stream: IO[bytes], deadline: float, timeout: float) -> Frame:
+    head_size, body_size = struct.unpack(">QQ", _read_exactly(stream, 16, deadline, timeout))
+    header = json.loads(_read_exactly(stream, head_size, deadline, timeout))
+    return Frame(header, _read_exactly(stream, body_size, deadline, timeout))
+
+
+def _read_blocking(stream: IO[bytes]) -> Frame | None:
+    sizes = stream.read(16)
+    if len(sizes) < 16:
+        return None
+    head_size, body_size = struct.unpack(">QQ", sizes)
+    header = json.loads(stream.read(head_size))
+    return Frame(header, stream.read(body_size))
+
+
+def serve(target: str) -> None:
+    """The guard process's main loop: answer frames with `target` until stdin closes."""
+    import resource
+
+    limit = int(os.environ.get("LUCID_GUARD_MEMORY_MB", "2048")) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    module, _, name = target.partition(":")
+    handle = getattr(importlib.import_module(module), name)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(Frame({"status": "ready"}).encode())
+    stdout.flush()
+    while True:
+        request = _read_blocking(stdin)
+        if request is None:
+            return
+        try:
+            answer: Frame = handle(request)
+        except Exception as exc:  # reported to the parent, which raises its own error
+            answer = Frame({"status": "error", "kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+        stdout.write(answer.encode())
+        stdout.flush()
