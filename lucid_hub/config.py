@@ -52,6 +52,16 @@ class Settings:
     port: int = 8080
     # Largest request body (bytes) the HTTP API accepts.
     max_body_bytes: int = 64 * 1024 * 1024
+    # SPARQL (queries and updates) runs in this many worker processes per hub process, each
+    # request within a time limit (seconds, kept whether or not the client waits) and each
+    # worker within a memory limit (MiB); the largest query and update text, and result
+    # (bytes), accepted.
+    sparql_workers: int = 2
+    sparql_timeout: float = 30.0
+    sparql_memory_mb: int = 2048
+    max_query_bytes: int = 100_000
+    max_update_bytes: int = 1_000_000
+    max_result_bytes: int = 64 * 1024 * 1024
     # Patches per page of the archive container.
     page_size: int = 100
     # Statements of current graph versions kept in memory to diff bulk re-publishes quickly.
@@ -187,6 +197,10 @@ class Settings:
                self.delivery_slow_threads, self.max_subscriptions_per_client) < 1 or self.delivery_slow_seconds <= 0:
             raise ConfigError("LUCID_DELIVERY_THREADS, _PER_CLIENT, _PER_HOST, _SLOW_THREADS, _SLOW_SECONDS and "
                               "LUCID_MAX_SUBSCRIPTIONS_PER_CLIENT must be positive")
+        if min(self.sparql_workers, self.max_query_bytes, self.max_update_bytes, self.max_result_bytes) < 1 or (
+                self.sparql_timeout <= 0 or self.sparql_memory_mb < 256):
+            raise ConfigError("LUCID_SPARQL_WORKERS, _TIMEOUT and the LUCID_MAX_QUERY/UPDATE/RESULT_BYTES must be "
+                              "positive, and LUCID_SPARQL_MEMORY_MB at least 256")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
         try:

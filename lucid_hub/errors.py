@@ -71,6 +71,14 @@ class ConflictError(LucidError):
         self.head = head
 
 
+class NotAcceptableError(InputError):
+    """None of the media types the request accepts can be served (HTTP 406)."""
+
+
+class QueryLimitExceeded(LucidError):
+    """A SPARQL query or update needed more time, memory or result space than its limit."""
+
+
 class UnsupportedMediaTypeError(InputError):
     """A request body in a media type the endpoint does not accept (HTTP 415)."""
 

@@ -22,6 +22,7 @@ from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
+from lucid_hub.store.sparql import SparqlGuard
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class Runtime:
     tokens: TokenService
     policies: PolicyService
     metrics: Metrics
+    sparql: SparqlGuard
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
@@ -97,7 +99,7 @@ class Runtime:
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, publisher, canonicalizer, trusted_keys)
         runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db), tokens,
-                      policies, metrics, leader=slot == 0)
+                      policies, metrics, SparqlGuard(settings, store), leader=slot == 0)
         publisher.relay_enabled = runtime.leader  # one relay keeps each graph's order in the log
         from lucid_hub.mirror import MirrorService, list_mirrors
 
@@ -122,6 +124,7 @@ class Runtime:
         if self.websub is not None:
             self.websub.stop()
         self.publisher.stop_relay()
+        self.sparql.close()
         self.log.close()
         self.canonicalizer.close()
         self.store.close()

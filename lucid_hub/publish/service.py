@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch, write_rdf_patch
 from lucid_hub.signing import SigningKey, TrustedKeys, jwks_of, sign_patch
 from lucid_hub.store import GraphStore
+from lucid_hub.store.graphs import Plan
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ RELAY_COALESCE = 0.01
 CAS_ATTEMPTS = 5
 # Files the processes of one hub lock to take turns at changing a graph (graphs share them).
 LOCK_STRIPES = 64
+
+
+class StaleChange(ConflictError):
+    """A change computed from versions some graph has moved on from: compute it again."""
 
 
 class MirroredGraphError(ConflictError):
@@ -336,6 +341,52 @@ class Publisher:
         self._published(patch, "published")
         return patch
 
+    def publish_all(self, changes: Mapping[str, Callable[[GraphView], GraphChange | None]],
+                    versions: dict[str, str | None], *, author: str, message: str) -> list[Patch]:
+        """Change several graphs at once, all or none (a SPARQL Update that writes several):
+        each gets its own signed, chained patch, and all are archived in one transaction.
+
+        `versions` are the graphs' versions the changes were computed from; if any graph is
+        elsewhere now, nothing is published and StaleChange is raised (compute again).
+        Graphs are locked in IRI order, so two such changes never wait for each other."""
+        graphs = sorted(changes)
+        for graph in graphs:
+            self._check_writable(graph)
+        started = time.perf_counter()
+        patches: list[tuple[Patch, Plan]] = []
+        with contextlib.ExitStack() as locks:
+            for graph in graphs:
+                locks.enter_context(self._writing(graph))
+            for graph in graphs:
+                head = self.store.version(graph)
+                if head != versions[graph]:
+                    self._sync(graph)  # the store may be behind the archive
+                    head = self.store.version(graph)
+                    if head != versions[graph]:
+                        raise StaleChange(f"<{graph}> is at {head}, the change was computed at {versions[graph]}")
+                change = changes[graph](GraphView(self.store, graph, head, self.cache))
+                if change is None or change.is_empty:
+                    continue
+                patch = sign_patch(change.to_patch(head, author=author, message=message), self.key)
+                patches.append((patch, self.store.check(patch, head)))
+            if not patches:
+                return []
+            try:
+                self._append_all([patch for patch, _plan in patches], local=True)
+            except MirroredGraphError:
+                raise
+            except ConflictError as exc:  # another host moved a head: compute again
+                raise StaleChange(str(exc)) from None
+            _crash_point("after-archive-commit", patches[0][0].graph)
+            for patch, plan in patches:
+                self.store.apply(patch, plan)
+                self.cache.advance(patch)
+        self.metrics.publish_seconds.observe(time.perf_counter() - started)
+        self._outbox_changed()
+        for patch, _plan in patches:
+            self._published(patch, "published")
+        return [patch for patch, _plan in patches]
+
     def export(self, graph: str, path: Path) -> str | None:
         """Write the graph's current content as N-Triples (empty if the graph is new); its version."""
         with self._lock(graph):
@@ -444,35 +495,44 @@ class Publisher:
         is its own outbox); with an external log an outbox row is, and the relay follows.
         Prepared Core statements, not the ORM: this is the hot path of every publish.
         """
+        self._append_all([patch], local=local)
+
+    def _append_all(self, patches: list[Patch], *, local: bool) -> None:
+        """`_append` for patches of several graphs, all in one transaction (all or none)."""
         now = datetime.now(UTC)
-        body = write_rdf_patch(patch)
         try:
             with self.db.write() as conn:
-                if patch.prev is None:
-                    conn.execute(self.db.insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
-                                                             updated_at=now).on_conflict_do_nothing())
-                    advance = _ADVANCE_FIRST_LOCAL if local else _ADVANCE_FIRST
-                    seq = conn.execute(advance, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
-                else:
-                    advance = _ADVANCE_LOCAL if local else _ADVANCE
-                    seq = conn.execute(advance, {"g": patch.graph, "prev": patch.prev, "new": patch.id,
-                                                 "now": now}).scalar()
-                if seq is None:
-                    if local and conn.execute(_MIRRORED, {"g": patch.graph}).first() is not None:
-                        raise _read_only(patch.graph)  # rolls back the graph row a first patch made
-                    current = conn.execute(select(Graph.head).where(Graph.iri == patch.graph)).scalar()
-                    raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff", current)
-                conn.execute(_INSERT_PATCH, {
-                    "id": patch.id, "graph": patch.graph, "seq": seq, "prev": patch.prev,
-                    "prev_key": patch.prev or "", "author": patch.author, "message": patch.message,
-                    "created": patch.created, "removed": len(patch.removed), "added": len(patch.added),
-                    "body": body})
-                if isinstance(self.log, SqlPatchLog):
-                    conn.execute(_INSERT_LOG, {"graph": patch.graph, "patch_id": patch.id, "body": body})
-                else:
-                    conn.execute(_INSERT_OUTBOX, {"patch_id": patch.id, "graph": patch.graph})
+                for patch in patches:
+                    self._append_in(conn, patch, write_rdf_patch(patch), now, local)
         except IntegrityError:
-            raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff") from None
+            graphs = ", ".join(f"<{p.graph}>" for p in patches)
+            raise ConflictError(f"{graphs} changed concurrently; retry with a fresh diff") from None
+
+    def _append_in(self, conn: Any, patch: Patch, body: bytes, now: datetime, local: bool) -> None:
+        """One patch's rows, in the caller's transaction."""
+        if patch.prev is None:
+            conn.execute(self.db.insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
+                                                     updated_at=now).on_conflict_do_nothing())
+            advance = _ADVANCE_FIRST_LOCAL if local else _ADVANCE_FIRST
+            seq = conn.execute(advance, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
+        else:
+            advance = _ADVANCE_LOCAL if local else _ADVANCE
+            seq = conn.execute(advance, {"g": patch.graph, "prev": patch.prev, "new": patch.id,
+                                         "now": now}).scalar()
+        if seq is None:
+            if local and conn.execute(_MIRRORED, {"g": patch.graph}).first() is not None:
+                raise _read_only(patch.graph)  # rolls back the graph row a first patch made
+            current = conn.execute(select(Graph.head).where(Graph.iri == patch.graph)).scalar()
+            raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff", current)
+        conn.execute(_INSERT_PATCH, {
+            "id": patch.id, "graph": patch.graph, "seq": seq, "prev": patch.prev,
+            "prev_key": patch.prev or "", "author": patch.author, "message": patch.message,
+            "created": patch.created, "removed": len(patch.removed), "added": len(patch.added),
+            "body": body})
+        if isinstance(self.log, SqlPatchLog):
+            conn.execute(_INSERT_LOG, {"graph": patch.graph, "patch_id": patch.id, "body": body})
+        else:
+            conn.execute(_INSERT_OUTBOX, {"patch_id": patch.id, "graph": patch.graph})
 
     # --- catching up ---------------------------------------------------------------------
 

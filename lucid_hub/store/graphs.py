@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -61,6 +63,31 @@ def from_stored(text: str) -> str:
     return text.replace(_XSD_STORED, _XSD_PUBLIC)
 
 
+XSD = "http://www.w3.org/2001/XMLSchema#"
+XSD_STRING = XSD + "string"
+STORED_XSD = "urn:lucid-hub:xsd:"
+
+
+def stored_datatype(datatype: str) -> str:
+    """A literal's datatype IRI as the store keeps it (to_stored, for one term; canonical
+    N-Triples never writes xsd:string, so plain strings keep it)."""
+    if datatype.startswith(XSD) and datatype != XSD_STRING:
+        return STORED_XSD + datatype[len(XSD):]
+    return datatype
+
+
+def public_datatype(datatype: str) -> str:
+    """A stored literal's datatype IRI as published (from_stored, for one term)."""
+    return XSD + datatype[len(STORED_XSD):] if datatype.startswith(STORED_XSD) else datatype
+
+
+def read_version(store: Any, graph: str) -> str | None:
+    """The version marker of `graph` in a pyoxigraph store (this one, or a snapshot of it)."""
+    for q in store.quads_for_pattern(ox.NamedNode(graph), _VERSION, None, _SYSTEM):
+        return _iri(q.object)
+    return None
+
+
 def check_no_skolem(statements: Iterable[str], source: str) -> None:
     """Refuse input that uses the reserved `urn:lucid-hub:` namespace (the store's own terms)."""
     for s in statements:
@@ -87,6 +114,39 @@ class GraphStore:
         # fifth of a publishing hub's time). This process is the store's only writer.
         self._versions: dict[str, str | None] = {}
         self._versions_lock = threading.Lock()
+        # Snapshots for queries (RocksDB checkpoints of this store, read by guard processes):
+        # one is made when the store has changed since the last, and shared until then.
+        self.path = path
+        self._generation = 0  # counts changes
+        self._snapshot: Snapshot | None = None
+        if path is not None:
+            shutil.rmtree(self._snapshots_dir(), ignore_errors=True)  # a previous run's
+
+    def _snapshots_dir(self) -> Path:
+        assert self.path is not None
+        return self.path.parent / "snapshots" / self.path.name
+
+    def snapshot(self) -> Snapshot:
+        """A read-only copy of the store as it is now, shared until the store changes
+        (hard links to its immutable files: 10-20 ms to make). The caller `release`s it."""
+        if self.path is None:
+            raise StoreError("an in-memory store has no snapshots")
+        with self._lock:
+            current = self._snapshot
+            if current is None or current.generation != self._generation:
+                target = self._snapshots_dir() / str(self._generation)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(target, ignore_errors=True)
+                try:
+                    self._store.backup(str(target))
+                except OSError as exc:
+                    raise StoreError(f"cannot snapshot the store: {exc}") from None
+                if current is not None:
+                    current.current = False
+                    current.release_if_unused()
+                current = self._snapshot = Snapshot(target, self._generation)
+            current.users += 1
+            return current
 
     def version(self, graph: str) -> str | None:
         """The id of the last patch applied to `graph` (None: nothing applied yet)."""
@@ -94,11 +154,7 @@ class GraphStore:
             raise StoreError("the RDF store is closed")
         with self._versions_lock:
             if graph not in self._versions:
-                found = None
-                for q in self._store.quads_for_pattern(ox.NamedNode(graph), _VERSION, None, _SYSTEM):
-                    found = _iri(q.object)
-                    break
-                self._versions[graph] = found
+                self._versions[graph] = read_version(self._store, graph)
             return self._versions[graph]
 
     def graphs(self) -> list[str]:
@@ -125,6 +181,22 @@ class GraphStore:
                     _SKOLEM.sub(lambda m: f"_:c14n{m.group(2)}", statement))
         return GraphMsgs(ground, Counter(document(s) for s in instances.values()))
 
+    def instance(self, graph: str, instance: str) -> tuple[list[str], str]:
+        """One stored MSG instance (the blank nodes `<…bnode:INSTANCE.N>`): its statements as
+        stored (skolem IRIs, public literals) and its MSG's canonical document. Empty
+        statements when the graph holds no such instance."""
+        g = ox.NamedNode(graph)
+        statements: set[str] = set()
+        for n in itertools.count():
+            node = ox.NamedNode(f"{SKOLEM_PREFIX}{instance}.{n}")
+            found = [q for q in itertools.chain(self._store.quads_for_pattern(node, None, None, g),
+                                                self._store.quads_for_pattern(None, None, node, g))]
+            if not found:
+                break  # canonical labels are consecutive: _:c14n0, _:c14n1, …
+            statements.update(from_stored(str(q.triple)) for q in found)
+        ordered = sorted(statements)
+        return ordered, document([_SKOLEM.sub(lambda m: f"_:c14n{m.group(2)}", s) for s in ordered])
+
     def _dump(self, graph: str) -> str:
         data = self._store.dump(format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(graph))
         assert data is not None
@@ -146,6 +218,7 @@ class GraphStore:
         reused when the graph has not moved since.
         """
         with self._lock:
+            self._generation += 1  # (snapshots take this lock: none sees a half-applied patch)
             if plan is None or plan.patch is not patch or self.version(patch.graph) != patch.prev:
                 plan = self._plan(patch)
             if not plan.delete_data and len(plan.insert_data) > BULK_ADDITIONS:
@@ -163,6 +236,7 @@ class GraphStore:
     def drop(self, graph: str) -> None:
         """Remove the graph, its blank-node index and its version."""
         with self._lock:
+            self._generation += 1
             g, idx = ox.NamedNode(graph), _index_graph(graph)
             for name in (g, idx):
                 if self._store.contains_named_graph(name):
@@ -243,6 +317,30 @@ class GraphStore:
             if self._store is not _CLOSED:
                 self._store.flush()
                 self._store = _CLOSED
+            if self.path is not None:
+                shutil.rmtree(self._snapshots_dir(), ignore_errors=True)
+
+
+class Snapshot:
+    """A checkpoint of the store on disk; removed when it is no longer the newest and no
+    query uses it any more."""
+
+    def __init__(self, path: Path, generation: int) -> None:
+        self.path = path
+        self.generation = generation
+        self.users = 0
+        self.current = True
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+        self.release_if_unused()
+
+    def release_if_unused(self) -> None:
+        with self._lock:
+            if self.users <= 0 and not self.current:
+                shutil.rmtree(self.path, ignore_errors=True)
 
 
 class _ClosedStore:

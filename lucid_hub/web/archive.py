@@ -10,6 +10,7 @@ import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.mediatypes import EntityTags
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -26,7 +27,6 @@ from lucid_hub.web.common import (
     patch_url,
     runtime,
 )
-from lucid_hub.web.media import EntityTags
 
 blueprint = Blueprint("archive", __name__)
 LDP = "http://www.w3.org/ns/ldp#"

@@ -8,12 +8,11 @@ from typing import Any
 import pyoxigraph as ox
 from flask import current_app, request
 
-from lucid_hub import nesting, resources
+from lucid_hub import mediatypes, nesting, resources
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.networks import client_address
 from lucid_hub.rdf.syntax import read_quads
 from lucid_hub.runtime import Runtime
-from lucid_hub.web import media
 
 RDF_MEDIA_TYPES = {
     "text/turtle": ox.RdfFormat.TURTLE,
@@ -71,8 +70,8 @@ def message() -> str:
 
 
 def negotiate(offers: list[str], default: str) -> str:
-    """The offered media type the request's Accept header prefers (web.media.negotiate)."""
-    return media.negotiate(request.headers.get("Accept"), offers, default)
+    """The offered media type the request's Accept header prefers (lucid_hub.mediatypes.negotiate)."""
+    return mediatypes.negotiate(request.headers.get("Accept"), offers, default)
 
 
 def graph_url(graph: str) -> str:

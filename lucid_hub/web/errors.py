@@ -19,6 +19,8 @@ STATUS: list[tuple[type[Exception], int]] = [
     (e.RateLimitedError, 429),
     (e.InputTooLargeError, 413),
     (e.UnsupportedMediaTypeError, 415),
+    (e.NotAcceptableError, 406),
+    (e.QueryLimitExceeded, 422),
     (e.PatchVerificationError, 422),
     (e.CanonicalizationLimitExceeded, 422),
     (e.PreconditionFailedError, 412),

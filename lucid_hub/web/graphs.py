@@ -13,6 +13,7 @@ import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.mediatypes import EntityTags
 from lucid_hub.publish import Precondition
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
@@ -30,7 +31,6 @@ from lucid_hub.web.common import (
     patch_url,
     runtime,
 )
-from lucid_hub.web.media import EntityTags
 
 blueprint = Blueprint("graphs", __name__)
 OUTPUT_TYPES = ["text/turtle", "application/trig", "application/n-quads", "application/n-triples",

@@ -1,123 +1,145 @@
-"""SPARQL 1.1 at `/sparql`: queries over the graphs the caller may read (owned and mirrored),
-and updates on owned graphs (each changed graph gets exactly one patch)."""
+"""SPARQL 1.1 Protocol at `/sparql`: queries over the graphs the caller may read (owned and
+mirrored), updates of the graphs it may write (each changed graph gets exactly one patch),
+and the service description.
+
+This blueprint reads the protocol's parameters only. SPARQL text is parsed and evaluated
+in a SPARQL worker process (`lucid_hub.store.sparql`): nothing here looks inside it.
+"""
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 import pyoxigraph as ox
-import rdflib
 from flask import Blueprint, Response, jsonify, request
 
-from lucid_hub.errors import InputError, UnsupportedMediaTypeError
-from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
-from lucid_hub.rdf.syntax import read_quads
-from lucid_hub.store.graphs import RESERVED_PREFIX, check_no_skolem
+from lucid_hub.errors import InputError, InputTooLargeError, UnsupportedMediaTypeError
+from lucid_hub.publish.update import run_update
+from lucid_hub.rdf.syntax import serialize
+from lucid_hub.store.graphs import RESERVED_PREFIX
 from lucid_hub.web.authz import author, require_graph, require_scope
-from lucid_hub.web.common import message, patch_url, runtime
+from lucid_hub.web.common import RDF_MEDIA_TYPES, message, negotiate, patch_url, runtime
 
 blueprint = Blueprint("sparql", __name__)
-# rdflib must never rewrite lexical forms (a process-wide switch of rdflib's).
-rdflib.NORMALIZE_LITERALS = False
-_PREFIX = re.compile(r"PREFIX\s+([A-Za-z][\w.-]*)?:\s*<([^>]*)>", re.IGNORECASE)
+FORM = "application/x-www-form-urlencoded"
+SD = "http://www.w3.org/ns/sparql-service-description#"
+FORMATS = "http://www.w3.org/ns/formats/"
 
 
-def _update_text() -> str:
-    if request.mimetype == "application/sparql-update":
-        return request.get_data(as_text=True)
-    if request.mimetype == "application/x-www-form-urlencoded" and "update" in request.form:
-        return request.form["update"]
-    raise UnsupportedMediaTypeError("send the update as application/sparql-update or as form field update=")
+def _one(params: Any, name: str) -> str | None:
+    values = params.getlist(name)
+    if len(values) > 1:
+        raise InputError(f"the request gives {name} {len(values)} times; send exactly one")
+    return values[0] if values else None
 
 
-def _mentioned(update: str, graphs: list[str]) -> list[str]:
-    """Owned graphs the update names, by full IRI or by a declared prefix."""
-    prefixes = _PREFIX.findall(update)
-    out = []
-    for graph in graphs:
-        if f"<{graph}>" in update or any(
-            graph.startswith(ns) and f"{name}:{graph[len(ns):]}" in update for name, ns in prefixes if ns
-        ):
-            out.append(graph)
-    return out
+def _iris(params: Any, name: str) -> list[str] | None:
+    values = params.getlist(name)
+    for value in values:
+        try:
+            ox.NamedNode(value)
+        except ValueError:
+            raise InputError(f"{name} {value[:200]!r} is not an absolute IRI") from None
+    return values or None
 
 
-QUERY_MAX_CHARS = 100_000
+def _text(value: str, limit: int, what: str) -> str:
+    if len(value.encode()) > limit:
+        setting = "LUCID_MAX_QUERY_BYTES" if what == "query" else "LUCID_MAX_UPDATE_BYTES"
+        raise InputTooLargeError(f"the {what} is longer than {limit:,} bytes ({setting})")
+    return value
 
 
 @blueprint.get("/sparql")
-def sparql_query_get() -> Response:
-    query = request.args.get("query")
-    if not query:
-        raise InputError("send a SPARQL query as ?query=, or POST it as application/sparql-query")
-    return _query(query)
-
-
-def _query(query: str) -> Response:
-    """SPARQL 1.1 Protocol query. The dataset is fixed by the hub, whatever the query's FROM
-    says: its default graph is the union of the graphs the caller may read, and those are
-    its named graphs. Blank nodes come out as the store's skolem IRIs (urn:lucid-hub:…)."""
-    caller = require_scope("graphs:read")
-    if len(query) > QUERY_MAX_CHARS:
-        raise InputError(f"the query is longer than {QUERY_MAX_CHARS:,} characters")
-    if re.search(r"\bSERVICE\b", query, re.IGNORECASE):
-        raise InputError("SERVICE is not allowed (the hub does not fetch URLs for queries)")
-    rt = runtime()
-    rt.publisher.sync_all()  # another process of this hub (or another hub on the database) may have published
-    readable = [ox.NamedNode(g.iri) for g in rt.publisher.graphs() if not g.iri.startswith(RESERVED_PREFIX)
-                and rt.policies.decide(caller.key, g.iri, "read")[0]]
-    try:
-        result = rt.store.query(query, readable)
-    except SyntaxError as exc:
-        raise InputError(f"malformed SPARQL query: {' '.join(str(exc).split())}") from None
-    if isinstance(result, ox.QueryTriples):
-        return Response(result.serialize(format=ox.RdfFormat.N_TRIPLES), mimetype="application/n-triples")
-    return Response(result.serialize(format=ox.QueryResultsFormat.JSON), mimetype="application/sparql-results+json")
+def sparql_get() -> Response:
+    if request.args.getlist("update"):
+        raise InputError("send updates with POST (SPARQL 1.1 Protocol §2.2)")
+    query = _one(request.args, "query")
+    if query is None:
+        return _service_description()
+    return _query(query, request.args)
 
 
 @blueprint.post("/sparql")
-def sparql_update() -> Response:
-    """Run the update on a scratch copy of the graphs it names, then publish each difference.
+def sparql_post() -> Response:
+    kind = (request.mimetype or "").lower()
+    if kind == "application/sparql-query":
+        return _query(request.get_data(as_text=True), request.args)
+    if kind == "application/sparql-update":
+        return _update(request.get_data(as_text=True), request.args)
+    if kind == FORM:
+        query, update = _one(request.form, "query"), _one(request.form, "update")
+        if query is not None and update is not None:
+            raise InputError("send either query= or update=, not both")
+        if query is not None:
+            return _query(query, request.form)
+        if update is not None:
+            return _update(update, request.form)
+        raise InputError("the form has neither query= nor update=")
+    raise UnsupportedMediaTypeError("send a query as application/sparql-query, an update as "
+                                    "application/sparql-update, or either as a form (query= or update=)")
 
-    The scratch copy makes each patch exactly what changed, whatever the update's form. It
-    is an rdflib dataset with literal normalisation off: pyoxigraph's store would turn
-    "01"^^xsd:integer into "1", and rdflib still evaluates values for FILTERs.
-    """
-    if request.mimetype == "application/sparql-query":
-        return _query(request.get_data(as_text=True))
-    if request.mimetype == "application/x-www-form-urlencoded" and "query" in request.form:
-        return _query(request.form["query"])
-    require_scope("graphs:write")
-    update = _update_text()
-    if re.search(r"\b(LOAD|SERVICE)\b", update, re.IGNORECASE):
-        raise InputError("LOAD and SERVICE are not allowed (the hub does not fetch URLs for updates)")
+
+def _readable(party: Any) -> list[str]:
     rt = runtime()
-    owned = [g.iri for g in rt.publisher.graphs()]
-    loaded = _mentioned(update, owned)
-    for graph in loaded:  # an update may write any graph it names: it needs write on each
+    rt.publisher.sync_all()  # another process of this hub (or another hub on the database) may have published
+    return [g.iri for g in rt.publisher.graphs() if not g.iri.startswith(RESERVED_PREFIX)
+            and rt.policies.decide(party, g.iri, "read")[0]]
+
+
+def _query(text: str, params: Any) -> Response:
+    """SPARQL 1.1 Protocol query. Its dataset: `default-graph-uri`/`named-graph-uri` when
+    given, else the query's FROM/FROM NAMED, else every graph the caller may read (their
+    union is the default graph); graphs the caller may not read are empty, as unknown ones
+    are. Blank nodes come out as the store's skolem IRIs (urn:lucid-hub:bnode:…)."""
+    caller = require_scope("graphs:read")
+    rt = runtime()
+    text = _text(text, rt.settings.max_query_bytes, "query")
+    if params.getlist("using-graph-uri") or params.getlist("using-named-graph-uri"):
+        raise InputError("using-graph-uri and using-named-graph-uri belong to updates; a query's dataset is "
+                         "default-graph-uri and named-graph-uri")
+    media_type, body = rt.sparql.query(
+        text, party=caller.key, readable=_readable(caller.key), default=_iris(params, "default-graph-uri"),
+        named=_iris(params, "named-graph-uri"), accept=request.headers.get("Accept"))
+    return Response(body, mimetype=media_type, headers={"Vary": "Accept"})
+
+
+def _update(text: str, params: Any) -> Response:
+    """SPARQL 1.1 Update on the graphs the caller may write, as one patch per graph."""
+    caller = require_scope("graphs:write")
+    rt = runtime()
+    text = _text(text, rt.settings.max_update_bytes, "update")
+    if params.getlist("default-graph-uri") or params.getlist("named-graph-uri"):
+        raise InputError("an update's dataset is using-graph-uri and using-named-graph-uri")
+
+    def may_write(graph: str) -> None:
         require_graph(graph, "write")
-    scratch = rdflib.Dataset()
-    for graph in loaded:
-        _, statements = rt.publisher.content(graph)
-        scratch.graph(rdflib.URIRef(graph)).parse(data="".join(f"{s} .\n" for s in statements), format="nt")
-    try:
-        scratch.update(update)
-    except Exception as exc:  # rdflib raises parser and evaluation errors of many types
-        raise InputError(f"malformed or failing SPARQL update: {' '.join(str(exc).split())[:300]}") from None
-    if len(scratch.default_graph) > 0:
-        raise InputError("updates must write into named graphs (GRAPH <IRI> { … } or WITH <IRI>)")
-    names = {str(g.identifier) for g in scratch.graphs() if isinstance(g.identifier, rdflib.URIRef)}
-    names.discard(str(rdflib.graph.DATASET_DEFAULT_GRAPH_ID))
-    for graph in sorted(names - set(loaded)):  # created by the update: checked before any publish
-        require_graph(graph, "write")
-    results = []
-    for graph in sorted(set(loaded) | names):
-        text = scratch.graph(rdflib.URIRef(graph)).serialize(format="nt", encoding="utf-8")
-        quads = list(read_quads(text, ox.RdfFormat.N_TRIPLES, name="update result"))
-        check_no_skolem((str(q) for q in quads), "update result")
-        new = graph_msgs(quads, rt.canonicalizer) if quads else GraphMsgs()
-        patch = rt.publisher.replace(graph, new, author=author(), message=message())
-        if patch is not None:
-            results.append({"graph": graph, "patch": patch.id, "url": patch_url(patch.id),
-                            "removed": len(patch.removed), "added": len(patch.added)})
-    return jsonify({"patches": results})
+
+    patches = run_update(rt.publisher, rt.sparql, text, party=caller.key, readable=_readable(caller.key),
+                         may_write=may_write, author=author(), message=message(),
+                         using=_iris(params, "using-graph-uri"), using_named=_iris(params, "using-named-graph-uri"))
+    return jsonify({"patches": [{"graph": p.graph, "patch": p.id, "url": patch_url(p.id), "removed": len(p.removed),
+                                 "added": len(p.added)} for p in patches]})
+
+
+def _service_description() -> Response:
+    """SPARQL 1.1 Service Description of this endpoint (public: it names no graph)."""
+    endpoint = ox.NamedNode(f"{runtime().settings.public_url}/sparql")
+    dataset, default = ox.BlankNode("dataset"), ox.BlankNode("default")
+
+    def quad(s: Any, p: str, o: Any) -> ox.Quad:
+        return ox.Quad(s, ox.NamedNode(p), o if not isinstance(o, str) else ox.NamedNode(o), ox.DefaultGraph())
+
+    rdf_type = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+    quads = [quad(endpoint, rdf_type, SD + "Service"), quad(endpoint, SD + "endpoint", endpoint),
+             quad(endpoint, SD + "supportedLanguage", SD + "SPARQL11Query"),
+             quad(endpoint, SD + "supportedLanguage", SD + "SPARQL11Update"),
+             quad(endpoint, SD + "feature", SD + "UnionDefaultGraph"),
+             quad(endpoint, SD + "defaultDataset", dataset), quad(dataset, rdf_type, SD + "Dataset"),
+             quad(dataset, SD + "defaultGraph", default), quad(default, rdf_type, SD + "Graph")]
+    for name in ("SPARQL_Results_JSON", "SPARQL_Results_XML", "SPARQL_Results_CSV", "SPARQL_Results_TSV",
+                 "N-Triples", "Turtle", "JSON-LD", "RDF_XML", "N-Quads", "TriG"):
+        quads.append(quad(endpoint, SD + "resultFormat", FORMATS + name))
+    media_type = negotiate(["text/turtle", "application/n-triples", "application/ld+json"], "text/turtle")
+    return Response(serialize(quads, RDF_MEDIA_TYPES[media_type], prefixes={"sd": SD}), mimetype=media_type,
+                    headers={"Vary": "Accept"})

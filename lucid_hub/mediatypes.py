@@ -1,5 +1,5 @@
 """Media types and entity tags as HTTP defines them (RFC 9110): the one place that parses
-`Accept`, `If-Match` and `If-None-Match`.
+`Accept`, `If-Match` and `If-None-Match` (for the web layer and the SPARQL guard alike).
 
 Written by hand: werkzeug's Accept matching took `text/turtle;charset=utf-8` or JSON-LD with
 a `profile` for media types the hub does not offer (406), and compared `If-Match` as a
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from werkzeug.exceptions import NotAcceptable
+from lucid_hub.errors import NotAcceptableError
 
 
 def _split(value: str, separator: str) -> list[str]:
@@ -90,7 +90,7 @@ def negotiate(accept: str | None, offers: Sequence[str], default: str) -> str:
 
     An offer's quality is that of the most specific range matching it (RFC 9110 §12.5.1);
     at equal quality an offer named exactly beats one matched by a wildcard, then the
-    default, then the earlier offer. NotAcceptable (406) names the offers when none is
+    default, then the earlier offer. NotAcceptableError (406) names the offers when none is
     acceptable."""
     ranges = [r for r in (MediaRange.parse(part) for part in _split(accept or "", ",") if part.strip()) if r]
     if not ranges:
@@ -108,8 +108,8 @@ def negotiate(accept: str | None, offers: Sequence[str], default: str) -> str:
         if best_key is None or key > best_key:
             best, best_key = offer, key
     if best is None:
-        raise NotAcceptable(f"none of the media types the Accept header asks for is available; "
-                            f"available: {', '.join(offers)}")
+        raise NotAcceptableError(f"none of the media types the Accept header asks for is available; "
+                                 f"available: {', '.join(offers)}")
     return best
 
 

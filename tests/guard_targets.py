@@ -1,0 +1,16 @@
+"""Functions guard processes run in the tests (lucid_hub.guard targets must be importable)."""
+
+from __future__ import annotations
+
+import pyoxigraph as ox
+
+from lucid_hub.guard import Frame
+
+
+def oxigraph_service(request: Frame) -> Frame:
+    """Let pyoxigraph call a SERVICE endpoint directly, as if a check had missed it."""
+    try:
+        list(ox.Store().query(f"SELECT * WHERE {{ SERVICE <{request.header['url']}> {{ ?s ?p ?o }} }}"))
+    except OSError as exc:
+        return Frame({"status": "error", "message": str(exc)})
+    return Frame({"status": "ok", "message": "the SERVICE call went through"})
