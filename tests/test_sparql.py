@@ -9,7 +9,6 @@ import http.server
 import os
 import socketserver
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
