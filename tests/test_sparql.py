@@ -324,13 +324,35 @@ def test_select_results_in_every_format(hub: RunningHub, accept: str, media_type
                                              ("application/rdf+xml", ox.RdfFormat.RDF_XML),
                                              ("application/ld+json", ox.RdfFormat.JSON_LD),
                                              ("application/n-triples", ox.RdfFormat.N_TRIPLES)])
-def test_construct_in_every_rdf_syntax_keeps_lexical_forms(hub: RunningHub, accept: str, fmt: ox.RdfFormat) -> None:
-    put(hub, W, f'<urn:s> <urn:n> "01"^^<{XSD}integer> , "1.50"^^<{XSD}decimal> .')
+def test_construct_in_every_rdf_syntax(hub: RunningHub, accept: str, fmt: ox.RdfFormat) -> None:
+    put(hub, W, f'<urn:s> <urn:n> "01"^^<{XSD}integer> , "1.50"^^<{XSD}decimal> , "x"@en .')
     answer = hub.http.get(f"{hub.url}/sparql", params={"query": "CONSTRUCT WHERE { ?s ?p ?o }"},
                           headers={"Accept": accept}, timeout=30)
     assert answer.status_code == 200 and answer.headers["Content-Type"].startswith(accept)
     objects = {str(q.object) for q in ox.parse(answer.content, format=fmt)}
-    assert objects == {f'"01"^^<{XSD}integer>', f'"1.50"^^<{XSD}decimal>'}
+    # query results carry values in their canonical form; the graph keeps what was published
+    assert objects == {f'"1"^^<{XSD}integer>', f'"1.5"^^<{XSD}decimal>', '"x"@en'}
+    assert f'"01"^^<{XSD}integer>' in "\n".join(content(hub, W))
+
+
+def test_queries_compare_typed_literals_by_value_whatever_their_lexical_form(hub: RunningHub) -> None:
+    """FILTER, ORDER BY and joins see values: "19.90" is more than 10, "01" equals 1. (The
+    store used to keep typed literals under a datatype namespace of its own: no numeric
+    FILTER matched at all.)"""
+    put(hub, W, f'<urn:a> <urn:price> "19.90"^^<{XSD}decimal> ; <urn:qty> "01"^^<{XSD}integer> . '
+                f'<urn:b> <urn:price> "7.5"^^<{XSD}decimal> ; <urn:qty> "3"^^<{XSD}integer> . '
+                f'<urn:c> <urn:price> "100.00"^^<{XSD}decimal> ; <urn:qty> "+2"^^<{XSD}integer> ; '
+                f'<urn:at> "2026-01-15T09:30:00.000Z"^^<{XSD}dateTime> .')
+    dear = select(hub.http, hub, "SELECT ?s WHERE { ?s <urn:price> ?p FILTER(?p > 10) } ORDER BY DESC(?p)")
+    assert [b["s"] for b in dear] == ["urn:c", "urn:a"]
+    assert select(hub.http, hub, "SELECT ?s WHERE { ?s <urn:qty> 1 }") == [{"s": "urn:a"}]
+    total = select(hub.http, hub, "SELECT (SUM(?q) AS ?n) WHERE { ?s <urn:qty> ?q }")
+    assert float(total[0]["n"]) == 6
+    assert select(hub.http, hub, f'SELECT ?s WHERE {{ ?s <urn:at> ?t FILTER(?t < "2026-02-01T00:00:00Z"^^<{XSD}dateTime>) }}') == [{"s": "urn:c"}]
+    # and the graph still holds every literal exactly as published
+    held = "\n".join(content(hub, W))
+    for form in ('"19.90"', '"01"', '"100.00"', '"+2"', '"2026-01-15T09:30:00.000Z"'):
+        assert form in held, form
 
 
 def test_sparqlwrapper_and_rdflib_sparqlstore_work_unchanged(hub: RunningHub) -> None:

@@ -1,9 +1,17 @@
-"""GraphStore: versioned graphs in pyoxigraph, patches applied atomically."""
+"""GraphStore: versioned graphs in pyoxigraph, patches applied atomically.
+
+Layout of the store (format 2): each graph's triples in its named graph, blank nodes as
+skolem IRIs `<urn:lucid-hub:bnode:INSTANCE.N>` (one INSTANCE per stored MSG), the MSG index
+and the typed literals' lexical forms (store/lexical.py) in graphs of their own, versions
+in `urn:lucid-hub:system`. A store of an older format is emptied at open, and `repair`
+rebuilds it from the archive, the record of truth.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import re
 import shutil
 import threading
@@ -17,20 +25,19 @@ import pyoxigraph as ox
 from lucid_hub.errors import ChainError, InputError, PatchApplyError, StoreError
 from lucid_hub.rdf.msg import GraphMsgs, Msg
 from lucid_hub.rdf.patch import Patch
-from lucid_hub.rdf.statements import document, relabel
+from lucid_hub.rdf.statements import document, relabel, terms
+from lucid_hub.store import lexical
+
+log = logging.getLogger(__name__)
 
 RESERVED_PREFIX = "urn:lucid-hub:"
 SKOLEM_PREFIX = "urn:lucid-hub:bnode:"
-# Oxigraph normalises the XSD literals it understands ("01"^^xsd:integer is stored as "1",
-# "1.50"^^xsd:decimal as "1.5"), which would change MSG hashes. Inside the store they carry
-# this datatype namespace instead, which Oxigraph keeps verbatim; reads map it back. The
-# look-behind skips `\"` inside a literal: only a literal's closing quote precedes `^^`.
-_XSD_DATATYPE = re.compile(r'(?<!\\)"\^\^<http://www\.w3\.org/2001/XMLSchema#')
-_XSD_STORED = '"^^<urn:lucid-hub:xsd:'
-_XSD_PUBLIC = '"^^<http://www.w3.org/2001/XMLSchema#'
 _SYSTEM = ox.NamedNode("urn:lucid-hub:system")
 _VERSION = ox.NamedNode("urn:lucid-hub:version")
 _MSG = ox.NamedNode("urn:lucid-hub:msg")
+FORMAT = 2
+_FORMAT = ox.Quad(ox.NamedNode("urn:lucid-hub:store"), ox.NamedNode("urn:lucid-hub:format"), ox.Literal(str(FORMAT)),
+                  _SYSTEM)
 _SKOLEM = re.compile(r"<urn:lucid-hub:bnode:([0-9a-f]+)\.(\d+)>")
 # Add-only patches larger than this go through bulk loading instead of one SPARQL update
 # (a SPARQL update parses at ~20k triples/s; bulk loading is ~4x faster). Bulk loading is
@@ -51,34 +58,6 @@ def _index_graph(graph: str) -> ox.NamedNode:
 
 def _skolemise(statement: str, instance: str) -> str:
     return relabel(statement, lambda label: f"<{SKOLEM_PREFIX}{instance}.{label[len('_:c14n'):]}>")
-
-
-def to_stored(statement: str) -> str:
-    """A statement as the store keeps it (XSD datatypes moved to the reserved namespace)."""
-    return _XSD_DATATYPE.sub(_XSD_STORED, statement) if "XMLSchema#" in statement else statement
-
-
-def from_stored(text: str) -> str:
-    """Stored N-Triples text back in public form (the reserved namespace is never in input)."""
-    return text.replace(_XSD_STORED, _XSD_PUBLIC)
-
-
-XSD = "http://www.w3.org/2001/XMLSchema#"
-XSD_STRING = XSD + "string"
-STORED_XSD = "urn:lucid-hub:xsd:"
-
-
-def stored_datatype(datatype: str) -> str:
-    """A literal's datatype IRI as the store keeps it (to_stored, for one term; canonical
-    N-Triples never writes xsd:string, so plain strings keep it)."""
-    if datatype.startswith(XSD) and datatype != XSD_STRING:
-        return STORED_XSD + datatype[len(XSD):]
-    return datatype
-
-
-def public_datatype(datatype: str) -> str:
-    """A stored literal's datatype IRI as published (from_stored, for one term)."""
-    return XSD + datatype[len(STORED_XSD):] if datatype.startswith(STORED_XSD) else datatype
 
 
 def read_version(store: Any, graph: str) -> str | None:
@@ -107,6 +86,12 @@ class GraphStore:
                 self._store = ox.Store(str(path))
         except OSError as exc:
             raise StoreError(f"cannot open the RDF store at {path}: {exc}") from None
+        if _FORMAT not in self._store:
+            if next(iter(self._store.quads_for_pattern(None, _VERSION, None, _SYSTEM)), None) is not None:
+                log.warning("the RDF store at %s has an older format: it is emptied and rebuilt from the "
+                            "archive (this takes a while for a large archive)", path)
+                self._store.clear()
+            self._store.add(_FORMAT)
         self._lock = threading.Lock()  # one writer at a time; readers do not wait
         # Versions held in memory: each patch deletes the old version marker, and RocksDB
         # scans skip over every deleted one until compaction, so reading the marker grew
@@ -193,14 +178,20 @@ class GraphStore:
                                                 self._store.quads_for_pattern(None, None, node, g))]
             if not found:
                 break  # canonical labels are consecutive: _:c14n0, _:c14n1, …
-            statements.update(from_stored(str(q.triple)) for q in found)
-        ordered = sorted(statements)
+            statements.update(str(q.triple) for q in found)
+        ordered = sorted(lexical.expand_all(statements, lexical.records(self._store, graph)))
         return ordered, document([_SKOLEM.sub(lambda m: f"_:c14n{m.group(2)}", s) for s in ordered])
 
     def _dump(self, graph: str) -> str:
+        """The graph as published: N-Triples, typed literals in the forms recorded for them."""
         data = self._store.dump(format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(graph))
         assert data is not None
-        return from_stored(data.decode())
+        text = data.decode()
+        recorded = lexical.records(self._store, graph)
+        if not recorded:
+            return str(text)
+        return "".join(f"{s} .\n" for s in lexical.expand_all((line[:-2] for line in text.split("\n")[:-1]),
+                                                               recorded))
 
     def check(self, patch: Patch, version: str | None = None) -> Plan:
         """Raise what `apply` would raise, changing nothing; the plan can be handed to `apply`.
@@ -221,9 +212,9 @@ class GraphStore:
             self._generation += 1  # (snapshots take this lock: none sees a half-applied patch)
             if plan is None or plan.patch is not patch or self.version(patch.graph) != patch.prev:
                 plan = self._plan(patch)
-            if not plan.delete_data and len(plan.insert_data) > BULK_ADDITIONS:
-                self._bulk_add(patch.graph, plan.insert_data, plan.insert_index)
-                plan.insert_data, plan.insert_index = [], []
+            if not plan.delete_data and not plan.delete_lexical and len(plan.insert_data) > BULK_ADDITIONS:
+                self._bulk_add(patch.graph, plan)
+                plan.insert_data, plan.insert_index, plan.insert_lexical = [], [], []
             try:
                 self._store.update(plan.sparql())
             except (SyntaxError, OSError) as exc:
@@ -238,7 +229,7 @@ class GraphStore:
         with self._lock:
             self._generation += 1
             g, idx = ox.NamedNode(graph), _index_graph(graph)
-            for name in (g, idx):
+            for name in (g, idx, lexical.lexical_graph(graph)):
                 if self._store.contains_named_graph(name):
                     self._store.remove_graph(name)
             for q in list(self._store.quads_for_pattern(g, _VERSION, None, _SYSTEM)):
@@ -254,21 +245,25 @@ class GraphStore:
 
     def contains(self, graph: str, statement: str) -> bool:
         """Whether the graph holds this ground triple (given as a canonical statement)."""
-        return ox.Quad(*_triple(to_stored(statement)), ox.NamedNode(graph)) in self._store
+        if lexical.typed(statement):
+            natives = lexical.NATIVES.of([terms(statement)[2]])
+            return lexical.Forms(self._store, graph, natives).holds(statement)
+        return ox.Quad(*_triple(statement), ox.NamedNode(graph)) in self._store
 
     def _plan(self, patch: Patch, version: str | None = None) -> Plan:
+        """What applying the patch deletes and inserts. Removals first (each must be held),
+        then additions; statements with typed literals go through their recorded forms
+        (lexical.Forms), the others straight to the store."""
         current = version if version is not None else self.version(patch.graph)
         if current != patch.prev:
             raise ChainError(f"store holds {patch.graph} at {current}, patch {patch.id} follows {patch.prev}")
         plan = Plan(patch)
+        removed: list[str] = []  # statements as stored (skolem IRIs), literals as published
         for text, count in Counter(m.nquads for m in patch.removed).items():
             msg = Msg.of(text)
             statements = msg.statements
             if "_:" not in text:
-                if not self.contains(patch.graph, statements[0]):
-                    raise PatchApplyError(f"patch {patch.id} removes a triple the graph does not hold: "
-                                          f"{statements[0]}")
-                plan.delete_data.append(f"{to_stored(statements[0])} .")
+                removed.append(statements[0])
                 continue
             found = sorted(_iri(q.subject) for q in self._store.quads_for_pattern(
                 None, _MSG, ox.Literal(msg.hash), _index_graph(patch.graph)))
@@ -277,32 +272,43 @@ class GraphStore:
                                       f"graph holds it {len(found)}x")
             for instance_iri in found[:count]:
                 instance = instance_iri[len(SKOLEM_PREFIX):]
-                plan.delete_data.extend(f"{to_stored(_skolemise(s, instance))} ." for s in statements)
+                removed.extend(_skolemise(s, instance) for s in statements)
                 plan.delete_index.append(f'<{instance_iri}> <{_MSG.value}> "{msg.hash}" .')
-        plan.insert_data, plan.insert_index = self._additions(patch)
-        return plan
-
-    @staticmethod
-    def _additions(patch: Patch) -> tuple[list[str], list[str]]:
-        data: list[str] = []
-        index: list[str] = []
-        offset = len(patch.removed)
-        for row, msg in enumerate(patch.added, start=offset):
+        added: list[str] = []
+        for row, msg in enumerate(patch.added, start=len(patch.removed)):
             if "_:" not in msg.nquads:
-                data.append(to_stored(msg.nquads[:-1]))
+                added.append(msg.nquads[:-3])
                 continue
             instance = instance_id(patch.id, row)
-            data.extend(f"{to_stored(_skolemise(s, instance))} ." for s in msg.statements)
-            index.append(f'<{SKOLEM_PREFIX}{instance}> <{_MSG.value}> "{msg.hash}" .')
-        return data, index
+            added.extend(_skolemise(s, instance) for s in msg.statements)
+            plan.insert_index.append(f'<{SKOLEM_PREFIX}{instance}> <{_MSG.value}> "{msg.hash}" .')
+        natives = lexical.NATIVES.of(terms(s)[2] for s in itertools.chain(removed, added) if lexical.typed(s))
+        forms = lexical.Forms(self._store, patch.graph, natives, exists=current is not None)
+        for statement in removed:
+            if lexical.typed(statement):
+                forms.remove(statement, patch.id)
+            elif "<urn:lucid-hub:bnode:" in statement or self.contains(patch.graph, statement):
+                plan.delete_data.append(f"{statement} .")
+            else:
+                raise PatchApplyError(f"patch {patch.id} removes a triple the graph does not hold: {statement}")
+        for statement in added:
+            if lexical.typed(statement):
+                forms.add(statement)
+            else:
+                plan.insert_data.append(f"{statement} .")
+        delete, insert, forget, record = forms.changes()
+        plan.delete_data.extend(f"{s} ." for s in delete)
+        plan.insert_data.extend(f"{s} ." for s in insert)
+        plan.delete_lexical.extend(f"{s} ." for s in forget)
+        plan.insert_lexical.extend(f"{s} ." for s in record)
+        return plan
 
-    def _bulk_add(self, graph: str, data: list[str], index: list[str]) -> None:
+    def _bulk_add(self, graph: str, plan: Plan) -> None:
         try:
-            self._store.bulk_load("\n".join(data).encode(), format=ox.RdfFormat.N_TRIPLES,
-                                  to_graph=ox.NamedNode(graph))
-            if index:
-                self._store.bulk_load("\n".join(index).encode(), format=ox.RdfFormat.N_TRIPLES,
-                                      to_graph=_index_graph(graph))
+            for lines, target in ((plan.insert_data, ox.NamedNode(graph)), (plan.insert_index, _index_graph(graph)),
+                                  (plan.insert_lexical, lexical.lexical_graph(graph))):
+                if lines:
+                    self._store.bulk_load("\n".join(lines).encode(), format=ox.RdfFormat.N_TRIPLES, to_graph=target)
             self._store.flush()
         except (SyntaxError, OSError) as exc:
             raise StoreError(f"bulk load into {graph} failed: {exc}") from None
@@ -363,19 +369,24 @@ class Plan:
         self.patch = patch
         self.delete_data: list[str] = []
         self.delete_index: list[str] = []
+        self.delete_lexical: list[str] = []
         self.insert_data: list[str] = []
         self.insert_index: list[str] = []
+        self.insert_lexical: list[str] = []
 
     def sparql(self) -> str:
         patch = self.patch
         g, idx, system = f"<{patch.graph}>", f"<{_index_graph(patch.graph).value}>", f"<{_SYSTEM.value}>"
+        lex = f"<{lexical.lexical_graph(patch.graph).value}>"
         marker_old = f"{g} <{_VERSION.value}> <{patch.prev}> ." if patch.prev else ""
         marker_new = f"{g} <{_VERSION.value}> <{patch.id}> ."
         return (
             f"DELETE DATA {{ GRAPH {g} {{ {' '.join(self.delete_data)} }} "
-            f"GRAPH {idx} {{ {' '.join(self.delete_index)} }} GRAPH {system} {{ {marker_old} }} }} ;\n"
+            f"GRAPH {idx} {{ {' '.join(self.delete_index)} }} GRAPH {lex} {{ {' '.join(self.delete_lexical)} }} "
+            f"GRAPH {system} {{ {marker_old} }} }} ;\n"
             f"INSERT DATA {{ GRAPH {g} {{ {' '.join(self.insert_data)} }} "
-            f"GRAPH {idx} {{ {' '.join(self.insert_index)} }} GRAPH {system} {{ {marker_new} }} }}"
+            f"GRAPH {idx} {{ {' '.join(self.insert_index)} }} GRAPH {lex} {{ {' '.join(self.insert_lexical)} }} "
+            f"GRAPH {system} {{ {marker_new} }} }}"
         )
 
 

@@ -43,15 +43,10 @@ from lucid_hub.errors import NotAcceptableError
 from lucid_hub.guard import Frame
 from lucid_hub.mediatypes import negotiate
 from lucid_hub.rdf.syntax import serialize
-from lucid_hub.store.graphs import (
-    RESERVED_PREFIX,
-    STORED_XSD,
-    XSD,
-    XSD_STRING,
-    public_datatype,
-    read_version,
-    stored_datatype,
-)
+from lucid_hub.store import lexical
+from lucid_hub.store.graphs import RESERVED_PREFIX, read_version
+
+XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 
 # This process evaluates nothing it did not check: rdflib must never fetch a graph, and keeps
 # lexical forms ("01" stays "01"; FILTERs still compare values).
@@ -188,8 +183,6 @@ def _query(request: Frame) -> Frame:
     if len(body) > header["max_bytes"]:
         raise Refused("too-large", f"the result is larger than {header['max_bytes']:,} bytes "
                                    "(LUCID_QUERY_MAX_RESULT_BYTES); narrow the query or page it")
-    # Literals the store keeps with its own datatype namespace get their XSD one back.
-    body = body.replace(STORED_XSD.encode(), XSD.encode())
     return Frame({"status": "ok", "media_type": media_type}, body)
 
 
@@ -343,8 +336,7 @@ def _to_ox(term: Any) -> Any:
     if isinstance(term, rdflib.Literal):
         if term.language:
             return ox.Literal(str(term), language=term.language)
-        datatype = stored_datatype(str(term.datatype)) if term.datatype else None
-        return ox.Literal(str(term), datatype=ox.NamedNode(datatype) if datatype else None)
+        return ox.Literal(str(term), datatype=ox.NamedNode(str(term.datatype)) if term.datatype else None)
     return ox.BlankNode(str(term))
 
 
@@ -354,7 +346,7 @@ def _to_rdflib(term: Any) -> Any:
     if isinstance(term, ox.Literal):
         if term.language:
             return rdflib.Literal(term.value, lang=term.language)
-        datatype = public_datatype(term.datatype.value)
+        datatype = term.datatype.value
         if datatype == XSD_STRING:  # rdflib's plain literal, as its parser makes "x"
             return rdflib.Literal(term.value)
         return rdflib.Literal(term.value, datatype=rdflib.URIRef(datatype))
@@ -412,30 +404,57 @@ class _Overlay:
     def __init__(self) -> None:
         self.removed: defaultdict[str, set[Any]] = defaultdict(set)
         self.added: defaultdict[str, set[Any]] = defaultdict(set)
+        self._records: dict[str, dict[str, list[str]]] = {}
+
+    def _published(self, store: Any, graph: str, quad: Any) -> Iterator[Any]:
+        """A stored triple as the triples published: typed literals in their recorded forms."""
+        recorded = self._records.get(graph)
+        if recorded is None:
+            recorded = self._records[graph] = lexical.records(store, graph)
+        statement = str(quad.triple)
+        forms = lexical.expand(statement, recorded)
+        if forms == [statement]:
+            yield (_to_rdflib(quad.subject), _to_rdflib(quad.predicate), _to_rdflib(quad.object))
+            return
+        for form in forms:
+            (parsed,) = ox.parse(f"{form} .", format=ox.RdfFormat.N_TRIPLES)
+            yield (_to_rdflib(parsed.subject), _to_rdflib(parsed.predicate), _to_rdflib(parsed.object))
 
     def matches(self, store: Any, graph: str, pattern: Any) -> Iterator[Any]:
+        """Triples of the graph matching the pattern exactly (a literal by its lexical form:
+        the store finds values, "01" and "1" alike)."""
         s, p, o = pattern
+
+        def fits(triple: Any) -> bool:
+            return all(want is None or isinstance(want, rdflib.Variable) or want == got
+                       for want, got in zip(pattern, triple, strict=True))
+
         removed = self.removed.get(graph, set())
         for q in store.quads_for_pattern(_to_ox(s), _to_ox(p), _to_ox(o), ox.NamedNode(graph)):
-            triple = (_to_rdflib(q.subject), _to_rdflib(q.predicate), _to_rdflib(q.object))
-            if triple not in removed:
-                yield triple
+            for triple in self._published(store, graph, q):
+                if triple not in removed and fits(triple):
+                    yield triple
         for triple in self.added.get(graph, ()):
-            if all(want is None or isinstance(want, rdflib.Variable) or want == got for want, got in zip(
-                    pattern, triple, strict=True)):
+            if fits(triple):
                 yield triple
+
+    def _stored(self, store: Any, graph: str, triple: Any) -> bool:
+        """Whether the snapshot holds exactly this triple (before this update)."""
+        if isinstance(triple[0], rdflib.BNode) or isinstance(triple[2], rdflib.BNode):
+            return False  # a blank node of the update's own: new
+        return any(got == triple for q in store.quads_for_pattern(*(_to_ox(t) for t in triple), ox.NamedNode(graph))
+                   for got in self._published(store, graph, q))
 
     def remove(self, store: Any, graph: str, triple: Any) -> None:
         if triple in self.added[graph]:
             self.added[graph].discard(triple)
-        elif any(True for _ in store.quads_for_pattern(*(_to_ox(t) for t in triple), ox.NamedNode(graph))):
+        elif self._stored(store, graph, triple):
             self.removed[graph].add(triple)
 
     def add(self, store: Any, graph: str, triple: Any) -> None:
         if triple in self.removed[graph]:
             self.removed[graph].discard(triple)
-        elif isinstance(triple[0], rdflib.BNode) or isinstance(triple[2], rdflib.BNode) or not any(
-                True for _ in store.quads_for_pattern(*(_to_ox(t) for t in triple), ox.NamedNode(graph))):
+        elif not self._stored(store, graph, triple):
             self.added[graph].add(triple)
 
 
