@@ -62,6 +62,9 @@ class Settings:
     max_query_bytes: int = 100_000
     max_update_bytes: int = 1_000_000
     max_result_bytes: int = 64 * 1024 * 1024
+    # Format of the patches this hub makes (docs/patch-format.md): 2, or 1 while partners still
+    # run a release that reads format 1 only. Either reads both.
+    patch_format: int = 2
     # Patches per page of the archive container.
     page_size: int = 100
     # Statements of current graph versions kept in memory to diff bulk re-publishes quickly.
@@ -201,6 +204,8 @@ class Settings:
                 self.sparql_timeout <= 0 or self.sparql_memory_mb < 256):
             raise ConfigError("LUCID_SPARQL_WORKERS, _TIMEOUT and the LUCID_MAX_QUERY/UPDATE/RESULT_BYTES must be "
                               "positive, and LUCID_SPARQL_MEMORY_MB at least 256")
+        if self.patch_format not in (1, 2):
+            raise ConfigError("LUCID_PATCH_FORMAT must be 1 or 2")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
         try:

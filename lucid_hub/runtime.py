@@ -94,7 +94,8 @@ class Runtime:
         metrics = Metrics()
         publisher = Publisher(db, store, patch_log, key, canonicalizer, trusted_keys,
                               cache_statements=settings.msg_cache_statements, metrics=metrics,
-                              lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None)
+                              lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
+                              patch_format=settings.patch_format)
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, publisher, canonicalizer, trusted_keys)

@@ -22,8 +22,17 @@ def vectors(canonicalizer: Canonicalizer):  # type: ignore[no-untyped-def]
     return build(canonicalizer)
 
 
-def test_doc_has_three_vectors_covering_ground_blank_and_blank_removal(vectors) -> None:  # type: ignore[no-untyped-def]
-    assert sorted(DOC_VECTORS) == ["vector-1", "vector-2", "vector-3"]
+def test_doc_has_vectors_of_both_formats_covering_ground_blank_and_blank_removal(vectors) -> None:  # type: ignore[no-untyped-def]
+    assert sorted(DOC_VECTORS) == [f"vector-{n}" for n in range(1, 8)]
+    assert [p.format for _, _, p in vectors] == [1, 1, 1, 2, 2, 2, 2]
+    _, _, v6 = vectors[5]
+    _, _, v7 = vectors[6]
+    assert "_:h" in DOC_VECTORS["vector-6"] and "_:m" not in DOC_VECTORS["vector-6"]
+    # vector-6 removes the MSG vector-5 added, under the very label vector-5 gave it
+    (removed,) = [m for m in v6.removed if "_:" in m.nquads]
+    label = f"_:h{removed.hash[:24]}o0b0"
+    assert label in DOC_VECTORS["vector-5"] and label in DOC_VECTORS["vector-6"]
+    assert v7.added_occurrences == (1, 2)
     _, _, v1 = vectors[0]
     _, _, v2 = vectors[1]
     _, _, v3 = vectors[2]
@@ -48,14 +57,44 @@ def test_vector_ids_are_sha256_of_the_bytes_after_id_and_signature_lines() -> No
 def test_vectors_form_one_chain_and_verify_with_the_published_test_key(canonicalizer: Canonicalizer) -> None:
     trusted = TrustedKeys(jwks_of([load_key(KEY_FILE)]))
     assert trusted.kids == ["kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"]  # RFC 8037 A.3
-    prev = None
-    for name in ("vector-1", "vector-2", "vector-3"):
-        patch = verify_patch_bytes(DOC_VECTORS[name].encode(), trusted, canonicalizer)
-        assert patch.prev == prev
-        prev = patch.id
+    for chain in (("vector-1", "vector-2", "vector-3"), ("vector-4", "vector-5", "vector-6", "vector-7")):
+        prev = None
+        for name in chain:
+            patch = verify_patch_bytes(DOC_VECTORS[name].encode(), trusted, canonicalizer)
+            assert patch.prev == prev
+            prev = patch.id
 
 
 def test_vector_msg_hashes_listed_in_the_doc_match(vectors) -> None:  # type: ignore[no-untyped-def]
     for _, _, patch in vectors:
         for op, msg in patch.rows():
             assert f"{op} sha256:{msg.hash}" in DOC
+
+
+def test_every_vector_round_trips_through_trig_and_json_ld(vectors, canonicalizer: Canonicalizer) -> None:  # type: ignore[no-untyped-def]
+    from lucid_hub.rdf.serialization import read_patch, write_patch
+
+    for name, _, patch in vectors:
+        for fmt in ("trig", "jsonld"):
+            back = read_patch(write_patch(patch, fmt), canonicalizer, fmt)
+            assert (back.id, back.format, back.added_occurrences, back.signature) == (
+                patch.id, patch.format, patch.added_occurrences, patch.signature), (name, fmt)
+
+
+def test_a_format_2_label_that_does_not_name_its_msg_is_refused(canonicalizer: Canonicalizer) -> None:
+    from lucid_hub.errors import PatchFormatError
+    from lucid_hub.rdf.rdfpatch import read_rdf_patch
+
+    text = DOC_VECTORS["vector-5"]
+    body = text.split("\n", 2)[2]  # without its id and signature lines
+    forged = body.replace("_:h191686db6dfce226fed9e7c7o0b0", "_:h000000000000000000000000o0b0")
+    assert forged != body
+    with pytest.raises(PatchFormatError, match="do not name their MSG's hash"):
+        read_rdf_patch(forged.encode(), canonicalizer)
+    mixed = body.replace("_:h191686db6dfce226fed9e7c7o0b0 <http://example.org/product>",
+                         "_:h191686db6dfce226fed9e7c7o1b0 <http://example.org/product>", 1)
+    with pytest.raises(PatchFormatError):  # the row left on its own names no MSG of its hash
+        read_rdf_patch(mixed.encode(), canonicalizer)
+    two_copies = body.replace("_:h191686db6dfce226fed9e7c7o0b0", "_:other")
+    with pytest.raises(PatchFormatError, match="labelled _:hHASHoOCCbN"):
+        read_rdf_patch(two_copies.encode(), canonicalizer)

@@ -6,6 +6,7 @@ snapshots gives byte-identical results through the same `lucid_hub.rdf` function
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,10 +29,11 @@ class GraphChange:
         return not self.removed and not self.added
 
     def to_patch(self, prev: str | None, *, author: str = "", message: str = "",
-                 created: datetime | None = None) -> Patch:
-        """The unsigned patch that makes this change on top of version `prev`."""
+                 created: datetime | None = None, held: Callable[[str], Iterable[int]] | None = None) -> Patch:
+        """The unsigned patch that makes this change on top of version `prev`: format 2 with
+        `held` (the occurrences of an MSG the graph holds, rdf.patch), else format 1."""
         return Patch.build(self.graph, prev, list(self.removed), list(self.added),
-                           author=author, message=message, created=created)
+                           author=author, message=message, created=created, held=held)
 
 
 class DiffEngine(Protocol):

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from lucid_hub.log.sql import SqlPatchLog
 from lucid_hub.metrics import Metrics
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
-from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.patch import CURRENT_FORMAT, Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch, write_rdf_patch
 from lucid_hub.signing import SigningKey, TrustedKeys, jwks_of, sign_patch
 from lucid_hub.store import GraphStore
@@ -199,9 +199,10 @@ class Publisher:
     def __init__(self, db: Database, store: GraphStore, patch_log: PatchLog, key: SigningKey,
                  canonicalizer: Canonicalizer, trusted: TrustedKeys | None = None,
                  cache_statements: int = 2_000_000, metrics: Metrics | None = None,
-                 lock_dir: Path | None = None) -> None:
+                 lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT) -> None:
         self.db = db
         self.metrics = metrics or Metrics()
+        self.patch_format = patch_format  # of the patches this hub makes (its partners read it)
         self.store = store
         self.log = patch_log
         self.key = key
@@ -225,6 +226,12 @@ class Publisher:
         # Whether this process moves outbox rows to the log: with several processes of one hub,
         # only one does, or two could append a graph's patches out of order.
         self.relay_enabled = True
+
+    def _held(self, graph: str) -> Callable[[str], Iterable[int]] | None:
+        """For a format-2 patch of `graph`: the occurrences of an MSG its store holds."""
+        if self.patch_format == 1:
+            return None
+        return lambda digest: self.store.held(graph, digest).keys()
 
     def _check_writable(self, graph: str) -> None:
         """Refuse a change of a mirrored graph early (before its diff). `read_only` may be a
@@ -321,7 +328,8 @@ class Publisher:
                     if not caught_up and self._sync(graph):
                         continue  # "no change" against a stale store is no answer
                     return None
-                patch = sign_patch(change.to_patch(head, author=author, message=message), self.key)
+                unsigned = change.to_patch(head, author=author, message=message, held=self._held(graph))
+                patch = sign_patch(unsigned, self.key)
                 plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
                 try:
                     self._append(patch, local=True)
@@ -367,7 +375,8 @@ class Publisher:
                 change = changes[graph](GraphView(self.store, graph, head, self.cache))
                 if change is None or change.is_empty:
                     continue
-                patch = sign_patch(change.to_patch(head, author=author, message=message), self.key)
+                unsigned = change.to_patch(head, author=author, message=message, held=self._held(graph))
+                patch = sign_patch(unsigned, self.key)
                 patches.append((patch, self.store.check(patch, head)))
             if not patches:
                 return []

@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
-import secrets
+from collections import Counter
 from collections.abc import Iterable, Iterator
 
 import pyoxigraph as ox
 
 from lucid_hub.errors import ChainError, PatchApplyError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.msg import GraphMsgsBuilder, Msg, blank_components, triple_statement
-from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.msg import (
+    LABEL_HASH_DIGITS,
+    GraphMsgsBuilder,
+    Msg,
+    blank_components,
+    chain_label,
+    parse_chain_label,
+    triple_statement,
+)
+from lucid_hub.rdf.patch import Patch, occurrences
 from lucid_hub.rdf.statements import relabel
 
 
 class GraphReplica:
-    """One graph's triples indexed by MSG canonical form, at a known version.
+    """One graph's triples indexed by MSG canonical form and occurrence, at a known version.
 
-    Local blank-node labels differ from the publisher's, so a removed MSG is found by its
-    canonical form; each instance keeps its local statements.
+    A removed MSG is found by its canonical form (and, in a format-2 patch, its occurrence);
+    each instance's blank nodes carry the labels format-2 patches give them (`_:hHASHoOCCbN`),
+    whatever labels the graph was read with.
     """
 
     def __init__(self, triples: Iterable[ox.Quad], canonicalizer: Canonicalizer,
@@ -28,54 +38,83 @@ class GraphReplica:
         builder = GraphMsgsBuilder()
         for q in triples:
             builder.add(q, triple_statement(q))
-        self._msgs: dict[str, list[list[str]]] = {f"{s} .\n": [[s]] for s in builder.ground}
+        self._msgs: dict[str, dict[int, list[str]]] = {f"{s} .\n": {0: [s]} for s in builder.ground}
+        unlabelled: list[str] = []
         for c in blank_components(builder.blank):
-            key = canonicalizer.canonicalize(c.statements, labels=c.labels)
-            self._msgs.setdefault(key, []).append(c.statements)
-        # Fresh blank nodes get labels no input can have chosen by chance.
-        self._fresh_prefix = f"_:n{secrets.token_hex(8)}x"
-        self._counter = itertools.count()
+            text = canonicalizer.canonicalize(c.statements, labels=c.labels)
+            held = self._msgs.setdefault(text, {})
+            # A copy read from a hub carries its occurrence in its labels (_:hHASHoOCCbN)
+            named = {parsed[:2] if parsed else None for parsed in map(parse_chain_label, c.labels)}
+            msg = Msg.of(text)
+            if len(named) == 1 and None not in named:
+                ((prefix, occurrence),) = named  # type: ignore[misc]
+                if prefix == msg.hash[:LABEL_HASH_DIGITS] and occurrence not in held:
+                    held[occurrence] = _instance(msg, occurrence)
+                    continue
+            unlabelled.append(text)
+        for text in unlabelled:  # the others take the lowest free occurrences, in order
+            held = self._msgs[text]
+            occurrence = next(o for o in itertools.count() if o not in held)
+            held[occurrence] = _instance(Msg.of(text), occurrence)
 
     def apply(self, patch: Patch) -> None:
         """Apply `patch`, or raise and change nothing.
 
         ChainError when the patch does not continue this version; PatchApplyError when a
-        removed MSG is not in the graph as often as the patch removes it.
+        removed MSG is not in the graph as often as the patch removes it (or, in a format-2
+        patch, not at the occurrences it names, or an added one is there already).
         """
         if patch.prev != self.version:
             have = self.version or "none (empty graph)"
             want = patch.prev or "none (first patch)"
             raise ChainError(f"patch {patch.id} follows {want}, but the graph is at version {have}")
-        needed: dict[str, int] = {}
-        for msg in patch.removed:
-            needed[msg.nquads] = needed.get(msg.nquads, 0) + 1
-        for text, count in needed.items():
-            held = len(self._msgs.get(text, ()))
-            if held < count:
+        removing = Counter(m.nquads for m in patch.removed)
+        adding = Counter(m.nquads for m in patch.added)
+        for text, count in removing.items():
+            copies = len(self._msgs.get(text, ()))
+            if copies < count:
                 raise PatchApplyError(
                     f"patch {patch.id} removes MSG sha256:{Msg.of(text).hash} {count}x, but the "
-                    f"graph holds it {held}x; the replica has diverged"
+                    f"graph holds it {copies}x; the replica has diverged"
                 )
-        for text, count in needed.items():
+        if patch.format == 1:
+            plans = {text: occurrences(self._msgs.get(text, {}), removing[text], adding[text])
+                     for text in removing.keys() | adding.keys()}
+            gone = {text: plan[0] for text, plan in plans.items()}
+            came = {text: plan[1] for text, plan in plans.items()}
+        else:
+            gone, came = _named(patch.removed, patch.removed_occurrences), _named(patch.added, patch.added_occurrences)
+            for text, occs in gone.items():
+                if any(o not in self._msgs.get(text, {}) for o in occs):
+                    raise PatchApplyError(f"patch {patch.id} removes occurrences {occs} of MSG "
+                                          f"sha256:{Msg.of(text).hash} the graph does not hold; "
+                                          "the replica has diverged")
+            for text, occs in came.items():
+                if any(o in self._msgs.get(text, {}) for o in occs):
+                    raise PatchApplyError(f"patch {patch.id} adds occurrences {occs} of MSG "
+                                          f"sha256:{Msg.of(text).hash} the graph holds; the replica has diverged")
+        for text, occs in gone.items():
+            if not occs:
+                continue
             instances = self._msgs[text]
-            del instances[-count:]
+            for occurrence in occs:
+                del instances[occurrence]
             if not instances:
                 del self._msgs[text]
-        for msg in patch.added:
-            self._msgs.setdefault(msg.nquads, []).append(self._fresh_instance(msg))
+        for text, occs in came.items():
+            msg = Msg.of(text)
+            for occurrence in occs:
+                self._msgs.setdefault(text, {})[occurrence] = _instance(msg, occurrence)
         self.version = patch.id
 
-    def _fresh_instance(self, msg: Msg) -> list[str]:
-        statements = msg.statements
-        if "_:" not in msg.nquads:
-            return statements
-        fresh = f"{self._fresh_prefix}{next(self._counter)}b"
-        return [relabel(s, lambda label: fresh + label[len("_:c14n"):]) for s in statements]
+    def held(self, msg_hash: str) -> list[int]:
+        """The occurrences of an MSG the graph holds (for building a format-2 patch)."""
+        return [o for text, instances in self._msgs.items() if Msg.of(text).hash == msg_hash for o in instances]
 
     def statements(self) -> Iterator[str]:
-        """The graph's triples as canonical statements (local blank-node labels)."""
-        for instances in self._msgs.values():
-            for instance in instances:
+        """The graph's triples as canonical statements (blank nodes as format 2 labels them)."""
+        for held in self._msgs.values():
+            for instance in held.values():
                 yield from instance
 
     def triples(self) -> Iterator[ox.Triple]:
@@ -85,4 +124,19 @@ class GraphReplica:
             yield q.triple
 
     def __len__(self) -> int:
-        return sum(len(i) for instances in self._msgs.values() for i in instances)
+        return sum(len(i) for held in self._msgs.values() for i in held.values())
+
+
+def _instance(msg: Msg, occurrence: int) -> list[str]:
+    """The statements of one copy of an MSG, blank nodes labelled for that copy."""
+    if "_:" not in msg.nquads:
+        return msg.statements
+    rename = functools.partial(chain_label, msg.hash, occurrence)
+    return [relabel(s, rename) for s in msg.statements]
+
+
+def _named(msgs: tuple[Msg, ...], occs: tuple[int, ...]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for msg, occurrence in zip(msgs, occs, strict=True):
+        out.setdefault(msg.nquads, []).append(occurrence)
+    return out

@@ -9,6 +9,7 @@ MSG hashes. Everything here works on canonical statement text (see `statements`)
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from operator import attrgetter
 
 import pyoxigraph as ox
 
-from lucid_hub.errors import UnsupportedRdfError
+from lucid_hub.errors import PatchFormatError, UnsupportedRdfError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.statements import blank_labels
 from lucid_hub.rdf.syntax import has_triple_term, triple_term_error
@@ -114,6 +115,47 @@ def dataset_msgs(quads: Iterable[ox.Quad], canonicalizer: Canonicalizer) -> list
     msgs.extend(Msg.of(canonicalizer.canonicalize(c.statements, labels=c.labels))
                 for c in blank_components(blank))
     return by_hash(msgs)
+
+
+# Hex digits of the MSG hash in a format-2 label (96 bits: unique among a graph's MSGs).
+LABEL_HASH_DIGITS = 24
+_CHAIN_LABEL = re.compile(r"_:h([0-9a-f]{24})o(\d+)b(\d+)")
+
+
+def chain_label(msg_hash: str, occurrence: int, canonical_label: str) -> str:
+    """Format 2: the label of canonical blank node `c14nN` of the `occurrence`-th copy of an
+    MSG in its graph: `_:h<first 24 hex digits of the MSG hash>o<occurrence>b<N>`."""
+    return f"_:h{msg_hash[:LABEL_HASH_DIGITS]}o{occurrence}b{canonical_label[len('_:c14n'):]}"
+
+
+def parse_chain_label(label: str) -> tuple[str, int, int] | None:
+    """(hash prefix, occurrence, N) of a format-2 label, None for any other label."""
+    match = _CHAIN_LABEL.fullmatch(label)
+    return (match.group(1), int(match.group(2)), int(match.group(3))) if match else None
+
+
+def msgs_with_occurrences(quads: Iterable[ox.Quad], canonicalizer: Canonicalizer,
+                          source: str) -> list[tuple[Msg, int]]:
+    """A format-2 patch's removed or added MSGs with their occurrences, sorted by hash and
+    occurrence: a blank-node MSG's labels all name its hash and one occurrence (ground
+    triples: occurrence 0). PatchFormatError names a label that does not fit its MSG."""
+    builder = GraphMsgsBuilder(source)
+    for q in quads:
+        builder.add(q, triple_statement(q))
+    out = [(Msg.of(f"{s} .\n"), 0) for s in builder.ground]
+    for component in blank_components(builder.blank):
+        msg = Msg.of(canonicalizer.canonicalize(component.statements, labels=component.labels))
+        named = {parse_chain_label(label) for label in component.labels}
+        instances = {(p[0], p[1]) if p else None for p in named}
+        if len(instances) != 1 or None in instances:
+            raise PatchFormatError(f"{source}: the blank nodes of one MSG must all be labelled _:hHASHoOCCbN "
+                                   f"with one hash and occurrence (found {', '.join(sorted(component.labels))[:200]})")
+        ((prefix, occurrence),) = instances  # type: ignore[misc]
+        if prefix != msg.hash[:LABEL_HASH_DIGITS]:
+            raise PatchFormatError(f"{source}: blank node labels _:h{prefix}… do not name their MSG's hash "
+                                   f"{msg.hash[:LABEL_HASH_DIGITS]}")
+        out.append((msg, occurrence))
+    return sorted(out, key=lambda pair: (pair[0].hash, pair[1]))
 
 
 @dataclass

@@ -3,23 +3,38 @@
 The canonical bytes are the RDF Patch text of the patch without its `H id` and
 `H signature` lines (docs/patch-format.md); the patch id is `urn:sha256:` + their hex
 SHA-256. Everything in them is fixed: header order, MSG order, blank-node labels.
+
+Two formats, told apart by the `H format` header (absent in format 1). Format 1 labels
+blank nodes per patch (`_:mKbN`, the K-th MSG of the patch), so a label means nothing
+outside its patch. Format 2 labels them across the graph's whole chain: a blank-node MSG
+instance is its MSG hash and its *occurrence* (which of the graph's copies of that MSG it
+is), `_:hHASHoOCCbN`, the same label in the patch that adds it and in the one that removes
+it, so a generic RDF Patch applier that adds and deletes by label keeps the graph exactly.
+Occurrences follow one rule (`occurrences`): a removal takes the highest occurrences held,
+an addition the lowest free ones. Old patches keep their format, bytes and ids.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 
 import pyoxigraph as ox
 
-from lucid_hub.errors import PatchFormatError
-from lucid_hub.rdf.msg import Msg, by_hash
+from lucid_hub.errors import PatchApplyError, PatchFormatError
+from lucid_hub.rdf.msg import Msg, by_hash, chain_label
 from lucid_hub.rdf.statements import relabel
 
 ID_PREFIX = "urn:sha256:"
+FORMATS = (1, 2)
+CURRENT_FORMAT = 2
+
 PATCH_ID = re.compile(r"urn:sha256:[0-9a-f]{64}")
 XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 _CREATED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
@@ -55,13 +70,51 @@ def check_patch_id(value: str, what: str = "patch id") -> str:
 
 
 def blank_label(msg_index: int, canonical_label: str) -> str:
-    """The label a canonical blank node `c14nN` of the patch's k-th MSG gets: `mKbN`."""
+    """Format 1: the label a canonical blank node `c14nN` of the patch's k-th MSG gets: `mKbN`."""
     return f"_:m{msg_index}b{canonical_label[len('_:c14n'):]}"
 
 
 def patch_statement(statement: str, msg_index: int) -> str:
-    """A canonical MSG statement with its `_:c14nN` renamed for the patch's k-th MSG."""
+    """Format 1: a canonical MSG statement with its `_:c14nN` renamed for the patch's k-th MSG."""
     return relabel(statement, lambda label: blank_label(msg_index, label))
+
+
+def occurrences(held: Iterable[int], removed: int, added: int) -> tuple[list[int], list[int]]:
+    """Which copies of one MSG a change removes and which it adds, given the occurrences the
+    graph holds: the highest held ones go, the lowest ones held by none come (not those the
+    same change removes: a patch's removed and added rows never share a label); both in
+    ascending order. The one rule of publishers, stores and replicas."""
+    live = sorted(held)
+    if removed > len(live):
+        raise PatchApplyError(f"a change removes an MSG {removed}x, the graph holds it {len(live)}x")
+    gone = live[len(live) - removed:] if removed else []
+    taken = set(live)
+    came: list[int] = []
+    candidate = 0
+    while len(came) < added:
+        if candidate not in taken:
+            came.append(candidate)
+        candidate += 1
+    return gone, came
+
+
+def _assign(removed: list[Msg], added: list[Msg], held: Callable[[str], Iterable[int]]
+            ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Occurrences of the rows of a change (sorted by hash), per `occurrences`."""
+    removed_occ: list[int] = []
+    added_occ: list[int] = []
+    removing = Counter(m.hash for m in removed if "_:" in m.nquads)
+    adding = Counter(m.hash for m in added if "_:" in m.nquads)
+    plans = {h: occurrences(held(h), removing[h], adding[h]) for h in removing.keys() | adding.keys()}
+    for msgs, side, out in ((removed, 0, removed_occ), (added, 1, added_occ)):
+        taken: Counter[str] = Counter()
+        for msg in msgs:
+            if "_:" not in msg.nquads:
+                out.append(0)
+                continue
+            out.append(plans[msg.hash][side][taken[msg.hash]])
+            taken[msg.hash] += 1
+    return tuple(removed_occ), tuple(added_occ)
 
 
 def _sorted_by_hash(msgs: tuple[Msg, ...]) -> bool:
@@ -81,6 +134,11 @@ class Patch:
     removed: tuple[Msg, ...]
     added: tuple[Msg, ...]
     signature: str | None = field(default=None, compare=False)
+    format: int = 1
+    # Format 2: the occurrence of each removed and added MSG (0 for ground triples), aligned
+    # with `removed` and `added`; rows of one MSG hash in ascending occurrence.
+    removed_occurrences: tuple[int, ...] = ()
+    added_occurrences: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -95,6 +153,17 @@ class Patch:
             raise PatchFormatError("created time must be at millisecond precision (use utc_now())")
         if not (_sorted_by_hash(self.removed) and _sorted_by_hash(self.added)):
             raise PatchFormatError("removed and added MSGs must be sorted by hash")
+        if self.format not in FORMATS:
+            raise PatchFormatError(f"patch format {self.format} is not one of {FORMATS}")
+        if self.format == 1 and (self.removed_occurrences or self.added_occurrences):
+            raise PatchFormatError("a format 1 patch has no occurrences")
+        if self.format == 2:
+            for msgs, occs in ((self.removed, self.removed_occurrences), (self.added, self.added_occurrences)):
+                if len(occs) != len(msgs):
+                    raise PatchFormatError("a format 2 patch names an occurrence for every MSG")
+                keys = [(m.hash, o) for m, o in zip(msgs, occs, strict=True)]
+                if keys != sorted(keys) or len(set(keys)) != len(keys):
+                    raise PatchFormatError("a format 2 patch's MSGs are sorted by hash, then by distinct occurrence")
 
     @classmethod
     def build(
@@ -107,11 +176,20 @@ class Patch:
         author: str = "",
         message: str = "",
         created: datetime | None = None,
+        held: Callable[[str], Iterable[int]] | None = None,
     ) -> Patch:
-        """A patch with MSGs sorted and `created` at patch precision (now by default)."""
+        """A patch with MSGs sorted and `created` at patch precision (now by default).
+
+        With `held` (the occurrences of an MSG hash the graph holds now: a store's or a
+        replica's), a format 2 patch, its occurrences by the one rule; without, format 1."""
         when = utc_now() if created is None else created
         when = when.replace(microsecond=when.microsecond // 1000 * 1000)
-        return cls(graph, prev, author, message, when, tuple(by_hash(removed)), tuple(by_hash(added)))
+        gone, came = by_hash(removed), by_hash(added)
+        if held is None:
+            return cls(graph, prev, author, message, when, tuple(gone), tuple(came))
+        removed_occ, added_occ = _assign(gone, came, held)
+        return cls(graph, prev, author, message, when, tuple(gone), tuple(came), format=2,
+                   removed_occurrences=removed_occ, added_occurrences=added_occ)
 
     @property
     def is_empty(self) -> bool:
@@ -127,6 +205,8 @@ class Patch:
         """The lines of `canonical_bytes`, each with its newline."""
         graph = f"<{self.graph}>"
         lines = [f"H graph {graph} .\n"]
+        if self.format != 1:
+            lines.append(f'H format "{self.format}" .\n')
         if self.prev is not None:
             lines.append(f"H prev <{self.prev}> .\n")
         lines.append(f"H author {ox.Literal(self.author)} .\n")
@@ -134,18 +214,31 @@ class Patch:
         created = ox.Literal(format_created(self.created), datatype=ox.NamedNode(XSD_DATETIME))
         lines.append(f"H created {created} .\n")
         lines.append("TX .\n")
-        for index, (op, msg) in enumerate(self.rows()):
-            if "_:" not in msg.nquads:  # a ground triple: nothing to relabel
-                lines.append(f"{op} {msg.nquads[:-3]} {graph} .\n")
-                continue
-            for line in msg.statements:
-                lines.append(f"{op} {patch_statement(line, index)} {graph} .\n")
+        lines.extend(f"{op} {statement} {graph} .\n" for op, statement in self.labelled_rows())
         lines.append("TC .\n")
         return lines
 
     def rows(self) -> list[tuple[str, Msg]]:
         """(`D` or `A`, MSG) in patch order: removals first, each part sorted by hash."""
         return [("D", m) for m in self.removed] + [("A", m) for m in self.added]
+
+    def row_occurrences(self) -> list[int]:
+        """The occurrence of each row's MSG (format 2), in `rows()` order."""
+        return [*self.removed_occurrences, *self.added_occurrences]
+
+    def labelled_rows(self) -> Iterator[tuple[str, str]]:
+        """(`D` or `A`, statement) in patch order, blank nodes labelled as the format says."""
+        occs = self.row_occurrences()
+        for index, (op, msg) in enumerate(self.rows()):
+            if "_:" not in msg.nquads:  # a ground triple: nothing to relabel
+                yield op, msg.nquads[:-3]
+            elif self.format == 1:
+                for line in msg.statements:
+                    yield op, patch_statement(line, index)
+            else:
+                rename = functools.partial(chain_label, msg.hash, occs[index])
+                for line in msg.statements:
+                    yield op, relabel(line, rename)
 
     @cached_property
     def id(self) -> str:

@@ -16,7 +16,7 @@ import pyoxigraph as ox
 
 from lucid_hub.errors import PatchFormatError, PatchIntegrityError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.msg import Msg, by_hash, graph_msgs
+from lucid_hub.rdf.msg import Msg, by_hash, graph_msgs, msgs_with_occurrences
 from lucid_hub.rdf.patch import ID_PREFIX, XSD_DATETIME, Patch, check_patch_id, parse_created
 
 MEDIA_TYPE = "application/rdf-patch"
@@ -24,7 +24,7 @@ _ID_LINE = re.compile(rb"H id <(urn:sha256:[0-9a-f]{64})> \.\n")
 _SIGNATURE_LINE = re.compile(rb'H signature "([A-Za-z0-9_\-]+\.\.[A-Za-z0-9_\-]+)" \.\n')
 _HEADER = re.compile(r"H ([A-Za-z][A-Za-z0-9_-]*) (.+) \.")
 _LINE_NO = re.compile(r"line (\d+)")
-KNOWN_HEADERS = ("id", "signature", "graph", "prev", "author", "message", "created")
+KNOWN_HEADERS = ("id", "signature", "graph", "format", "prev", "author", "message", "created")
 
 
 def write_rdf_patch(patch: Patch) -> bytes:
@@ -68,11 +68,15 @@ def split_wire(raw: bytes) -> WireParts:
 
 @dataclass
 class RdfPatchDocument:
-    """What an RDF Patch text says: its headers and its removed and added MSGs."""
+    """What an RDF Patch text says: its headers, its removed and added MSGs, and in a format
+    2 patch each MSG's occurrence (from its blank-node labels)."""
 
     headers: dict[str, ox.NamedNode | ox.Literal]
     removed: list[Msg]
     added: list[Msg]
+    format: int = 1
+    removed_occurrences: tuple[int, ...] = ()
+    added_occurrences: tuple[int, ...] = ()
 
     def iri(self, name: str) -> str | None:
         """The value of header `name`, which must be an IRI; None when absent."""
@@ -153,11 +157,23 @@ def parse_rdf_patch(raw: bytes, canonicalizer: Canonicalizer, graph: str | None 
             f"blank node _:{sorted(shared)[0]} is used in both D and A rows; "
             "removed and added MSGs cannot share blank nodes"
         )
-    return RdfPatchDocument(
-        headers,
-        graph_msgs(removed_quads, canonicalizer).msgs(),
-        graph_msgs(added_quads, canonicalizer).msgs(),
-    )
+    fmt = patch_format(headers.get("format"))
+    if fmt == 1:
+        return RdfPatchDocument(headers, graph_msgs(removed_quads, canonicalizer).msgs(),
+                                graph_msgs(added_quads, canonicalizer).msgs())
+    removed = msgs_with_occurrences(removed_quads, canonicalizer, "D rows")
+    added = msgs_with_occurrences(added_quads, canonicalizer, "A rows")
+    return RdfPatchDocument(headers, [m for m, _ in removed], [m for m, _ in added], fmt,
+                            tuple(o for _, o in removed), tuple(o for _, o in added))
+
+
+def patch_format(term: ox.NamedNode | ox.Literal | None) -> int:
+    """The patch format a `format` header (or statement) names: 1 when absent."""
+    if term is None:
+        return 1
+    if type(term) is not ox.Literal or term.value not in ("2",):
+        raise PatchFormatError(f"unsupported patch format {term} (this hub reads formats 1 and 2)")
+    return int(term.value)
 
 
 def read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
@@ -184,9 +200,12 @@ def read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
         author=author,
         message=message,
         created=parse_created(created),
-        removed=tuple(by_hash(doc.removed)),
-        added=tuple(by_hash(doc.added)),
+        removed=tuple(doc.removed) if doc.format == 2 else tuple(by_hash(doc.removed)),
+        added=tuple(doc.added) if doc.format == 2 else tuple(by_hash(doc.added)),
         signature=doc.text("signature"),
+        format=doc.format,
+        removed_occurrences=doc.removed_occurrences,
+        added_occurrences=doc.added_occurrences,
     )
     claimed = doc.iri("id")
     if claimed is not None and claimed != patch.id:

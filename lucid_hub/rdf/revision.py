@@ -13,7 +13,7 @@ import pyoxigraph as ox
 
 from lucid_hub.errors import PatchFormatError, PatchIntegrityError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.msg import graph_msgs
+from lucid_hub.rdf.msg import graph_msgs, msgs_with_occurrences
 from lucid_hub.rdf.patch import (
     ID_PREFIX,
     XSD_DATETIME,
@@ -21,8 +21,8 @@ from lucid_hub.rdf.patch import (
     check_patch_id,
     format_created,
     parse_created,
-    patch_statement,
 )
+from lucid_hub.rdf.rdfpatch import patch_format
 from lucid_hub.rdf.syntax import read_quads, serialize
 
 ECCREV = "https://vocab.eccenca.com/revision/"
@@ -64,11 +64,11 @@ def patch_quads(patch: Patch) -> Iterator[ox.Quad]:
     yield ox.Quad(revision, _n("hasRevisionGraph"), ox.NamedNode(patch.graph))
     yield ox.Quad(revision, _n("deltaDelete"), delete)
     yield ox.Quad(revision, _n("deltaInsert"), insert)
-    for index, (op, msg) in enumerate(patch.rows()):
-        target = delete if op == "D" else insert
-        for line in msg.statements:
-            (triple,) = ox.parse(patch_statement(line, index) + " .", format=ox.RdfFormat.N_TRIPLES)
-            yield ox.Quad(triple.subject, triple.predicate, triple.object, target)
+    if patch.format != 1:
+        yield ox.Quad(commit, _n("format", LUCID), ox.Literal(str(patch.format)))
+    for op, statement in patch.labelled_rows():
+        (triple,) = ox.parse(statement + " .", format=ox.RdfFormat.N_TRIPLES)
+        yield ox.Quad(triple.subject, triple.predicate, triple.object, delete if op == "D" else insert)
 
 
 def write_revision(patch: Patch, fmt: str) -> bytes:
@@ -121,17 +121,27 @@ def read_revision(raw: bytes, fmt: str, canonicalizer: Canonicalizer) -> Patch:
         raise PatchFormatError("prov:atTime must be an xsd:dateTime literal")
     if type(prev) not in (ox.NamedNode, type(None)):
         raise PatchFormatError("eccrev:previousCommit must be an IRI")
-    removed = [q for q in quads if q.graph_name == delete]
-    added = [q for q in quads if q.graph_name == insert]
+    removed_quads = [q for q in quads if q.graph_name == delete]
+    added_quads = [q for q in quads if q.graph_name == insert]
+    version = patch_format(one(commit, "format", LUCID, optional=True))
+    if version == 1:
+        removed = [(m, 0) for m in graph_msgs(removed_quads, canonicalizer).msgs()]
+        added = [(m, 0) for m in graph_msgs(added_quads, canonicalizer).msgs()]
+    else:
+        removed = msgs_with_occurrences(removed_quads, canonicalizer, "the deleted triples")
+        added = msgs_with_occurrences(added_quads, canonicalizer, "the inserted triples")
     patch = Patch(
         graph=graph.value,
         prev=check_patch_id(prev.value, "previous patch id") if isinstance(prev, ox.NamedNode) else None,
         author=literal(one(commit, "commitAuthor"), "eccrev:commitAuthor"),
         message=literal(one(commit, "commitMessage"), "eccrev:commitMessage"),
         created=parse_created(created.value),
-        removed=tuple(graph_msgs(removed, canonicalizer).msgs()),
-        added=tuple(graph_msgs(added, canonicalizer).msgs()),
+        removed=tuple(m for m, _ in removed),
+        added=tuple(m for m, _ in added),
         signature=literal(signature, "lucid:signature") if signature is not None else None,
+        format=version,
+        removed_occurrences=tuple(o for _, o in removed) if version != 1 else (),
+        added_occurrences=tuple(o for _, o in added) if version != 1 else (),
     )
     if patch.id != claimed:
         raise PatchIntegrityError(f"patch content hashes to {patch.id}, not to the claimed id {claimed}")

@@ -23,8 +23,8 @@ from typing import Any
 import pyoxigraph as ox
 
 from lucid_hub.errors import ChainError, InputError, PatchApplyError, StoreError
-from lucid_hub.rdf.msg import GraphMsgs, Msg
-from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.msg import GraphMsgs, chain_label
+from lucid_hub.rdf.patch import Patch, occurrences
 from lucid_hub.rdf.statements import document, relabel, terms
 from lucid_hub.store import lexical
 
@@ -35,6 +35,7 @@ SKOLEM_PREFIX = "urn:lucid-hub:bnode:"
 _SYSTEM = ox.NamedNode("urn:lucid-hub:system")
 _VERSION = ox.NamedNode("urn:lucid-hub:version")
 _MSG = ox.NamedNode("urn:lucid-hub:msg")
+_OCCURRENCE = ox.NamedNode("urn:lucid-hub:occurrence")
 FORMAT = 2
 _FORMAT = ox.Quad(ox.NamedNode("urn:lucid-hub:store"), ox.NamedNode("urn:lucid-hub:format"), ox.Literal(str(FORMAT)),
                   _SYSTEM)
@@ -147,9 +148,40 @@ class GraphStore:
         return sorted(_iri(q.subject) for q in self._store.quads_for_pattern(None, _VERSION, None, _SYSTEM))
 
     def statements(self, graph: str) -> list[str]:
-        """The graph's triples as canonical statements, blank nodes as `_:bINSTANCExN`."""
+        """The graph's triples as canonical statements, blank nodes labelled as format-2
+        patches label them (`_:hHASHoOCCbN`): a copy of the graph read here, then patched by
+        label, stays exactly the graph."""
         text = self._dump(graph)
-        return [line[:-2] for line in _SKOLEM.sub(r"_:b\1x\2", text).split("\n")[:-1]]
+        instances = self._instances(graph)
+
+        def label(match: re.Match[str]) -> str:
+            found = instances.get(match.group(1))
+            if found is None:  # (not indexed: cannot happen in a store of this format)
+                return f"_:b{match.group(1)}x{match.group(2)}"
+            return chain_label(found[0], found[1], f"_:c14n{match.group(2)}")
+
+        return [line[:-2] for line in _SKOLEM.sub(label, text).split("\n")[:-1]]
+
+    def _instances(self, graph: str) -> dict[str, tuple[str, int]]:
+        """Each stored MSG instance of the graph: its MSG hash and occurrence."""
+        hashes: dict[str, str] = {}
+        occurrences: dict[str, int] = {}
+        for q in self._store.quads_for_pattern(None, None, None, _index_graph(graph)):
+            instance = _iri(q.subject)[len(SKOLEM_PREFIX):]
+            if q.predicate == _MSG:
+                hashes[instance] = q.object.value
+            elif q.predicate == _OCCURRENCE:
+                occurrences[instance] = int(q.object.value)
+        return {i: (h, occurrences.get(i, 0)) for i, h in hashes.items()}
+
+    def held(self, graph: str, msg_hash: str) -> dict[int, str]:
+        """The instances of an MSG the graph holds, by occurrence."""
+        idx = _index_graph(graph)
+        out: dict[int, str] = {}
+        for q in self._store.quads_for_pattern(None, _MSG, ox.Literal(msg_hash), idx):
+            for o in self._store.quads_for_pattern(q.subject, _OCCURRENCE, None, idx):
+                out[int(o.object.value)] = _iri(q.subject)
+        return out
 
     def graph_msgs(self, graph: str) -> GraphMsgs:
         """The graph's MSG multiset, read without canonicalising: each stored instance is
@@ -259,29 +291,26 @@ class GraphStore:
             raise ChainError(f"store holds {patch.graph} at {current}, patch {patch.id} follows {patch.prev}")
         plan = Plan(patch)
         removed: list[str] = []  # statements as stored (skolem IRIs), literals as published
-        for text, count in Counter(m.nquads for m in patch.removed).items():
-            msg = Msg.of(text)
-            statements = msg.statements
-            if "_:" not in text:
-                removed.append(statements[0])
-                continue
-            found = sorted(_iri(q.subject) for q in self._store.quads_for_pattern(
-                None, _MSG, ox.Literal(msg.hash), _index_graph(patch.graph)))
-            if len(found) < count:
-                raise PatchApplyError(f"patch {patch.id} removes MSG sha256:{msg.hash} {count}x, the "
-                                      f"graph holds it {len(found)}x")
-            for instance_iri in found[:count]:
-                instance = instance_iri[len(SKOLEM_PREFIX):]
-                removed.extend(_skolemise(s, instance) for s in statements)
-                plan.delete_index.append(f'<{instance_iri}> <{_MSG.value}> "{msg.hash}" .')
         added: list[str] = []
-        for row, msg in enumerate(patch.added, start=len(patch.removed)):
+        occurrences = self._occurrences(patch)
+        for msg, occurrence in zip(patch.removed, occurrences[0], strict=True):
+            if "_:" not in msg.nquads:
+                removed.append(msg.nquads[:-3])
+                continue
+            instance_iri = self.held(patch.graph, msg.hash)[occurrence]
+            instance = instance_iri[len(SKOLEM_PREFIX):]
+            removed.extend(_skolemise(s, instance) for s in msg.statements)
+            plan.delete_index.append(f'<{instance_iri}> <{_MSG.value}> "{msg.hash}" .')
+            plan.delete_index.append(f'<{instance_iri}> <{_OCCURRENCE.value}> "{occurrence}" .')
+        for row, (msg, occurrence) in enumerate(zip(patch.added, occurrences[1], strict=True),
+                                                start=len(patch.removed)):
             if "_:" not in msg.nquads:
                 added.append(msg.nquads[:-3])
                 continue
             instance = instance_id(patch.id, row)
             added.extend(_skolemise(s, instance) for s in msg.statements)
             plan.insert_index.append(f'<{SKOLEM_PREFIX}{instance}> <{_MSG.value}> "{msg.hash}" .')
+            plan.insert_index.append(f'<{SKOLEM_PREFIX}{instance}> <{_OCCURRENCE.value}> "{occurrence}" .')
         natives = lexical.NATIVES.of(terms(s)[2] for s in itertools.chain(removed, added) if lexical.typed(s))
         forms = lexical.Forms(self._store, patch.graph, natives, exists=current is not None)
         for statement in removed:
@@ -302,6 +331,33 @@ class GraphStore:
         plan.delete_lexical.extend(f"{s} ." for s in forget)
         plan.insert_lexical.extend(f"{s} ." for s in record)
         return plan
+
+    def _occurrences(self, patch: Patch) -> tuple[list[int], list[int]]:
+        """Which instance each blank-node MSG row removes, and which occurrence each added
+        one becomes: as a format-2 patch names them (each must fit what the graph holds),
+        or by the rule (rdf.patch.occurrences) for a format-1 patch."""
+        removed_occ = list(patch.removed_occurrences) or [0] * len(patch.removed)
+        added_occ = list(patch.added_occurrences) or [0] * len(patch.added)
+        removing = Counter(m.hash for m in patch.removed if "_:" in m.nquads)
+        adding = Counter(m.hash for m in patch.added if "_:" in m.nquads)
+        for digest in removing.keys() | adding.keys():
+            held = self.held(patch.graph, digest)
+            if patch.format == 1:
+                gone, came = occurrences(held, removing[digest], adding[digest])
+                for occs, msgs, assigned in ((removed_occ, patch.removed, gone), (added_occ, patch.added, came)):
+                    rows = [i for i, m in enumerate(msgs) if m.hash == digest]
+                    for i, occurrence in zip(rows, assigned, strict=True):
+                        occs[i] = occurrence
+                continue
+            gone_rows = [o for m, o in zip(patch.removed, removed_occ, strict=True) if m.hash == digest]
+            came_rows = [o for m, o in zip(patch.added, added_occ, strict=True) if m.hash == digest]
+            if any(o not in held for o in gone_rows):
+                raise PatchApplyError(f"patch {patch.id} removes occurrences {gone_rows} of MSG sha256:{digest}; "
+                                      f"the graph holds {sorted(held)}: the replica has diverged")
+            if any(o in held for o in came_rows):
+                raise PatchApplyError(f"patch {patch.id} adds occurrences {came_rows} of MSG sha256:{digest}; "
+                                      f"the graph holds {sorted(held)} already: the replica has diverged")
+        return removed_occ, added_occ
 
     def _bulk_add(self, graph: str, plan: Plan) -> None:
         try:

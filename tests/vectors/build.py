@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lucid_hub.diff.local import diff_graph
+from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import write_rdf_patch
@@ -20,7 +21,8 @@ HERE = Path(__file__).parent
 GRAPH = "http://example.org/graph/kpi"
 KEY_FILE = HERE / "rfc8037-ed25519.jwk"
 
-# (name, what it shows, old file or None for empty, new file, author, message, created)
+# (name, what it shows, old file or None for empty, new file, author, message, created):
+# vectors 1-3 are format 1, vectors 4-7 format 2 (a chain of their own).
 STEPS = [
     ("vector-1", "first patch, ground triples only", None, "v1.ttl", "alice@example.org",
      "Q3 figures", datetime(2026, 1, 15, 9, 30, tzinfo=UTC)),
@@ -30,19 +32,35 @@ STEPS = [
      "v2.ttl", "v3.ttl", "alice@example.org", "ship order 7\nfix lead time",
      datetime(2026, 1, 17, 11, 15, 30, 250000, tzinfo=UTC)),
 ]
+STEPS_2 = [
+    ("vector-4", "format 2: first patch, ground triples only (the format header)", None, "v1.ttl",
+     "alice@example.org", "Q3 figures", datetime(2026, 1, 15, 9, 30, tzinfo=UTC)),
+    ("vector-5", "format 2: blank-node MSGs added, labelled by MSG hash and occurrence", "v1.ttl", "v2.ttl",
+     "bob@example.org", "order 7 lines", datetime(2026, 1, 16, 10, 0, tzinfo=UTC)),
+    ("vector-6", "format 2: a blank-node MSG removed under the label it was added with", "v2.ttl", "v3.ttl",
+     "alice@example.org", "ship order 7\nfix lead time", datetime(2026, 1, 17, 11, 15, 30, 250000, tzinfo=UTC)),
+    ("vector-7", "format 2: two more copies of an MSG the graph holds: occurrences 1 and 2", "v3.ttl", "v4.ttl",
+     "bob@example.org", "order 7: three of p2", datetime(2026, 1, 18, 8, 0, tzinfo=UTC)),
+]
 
 
 def build(canonicalizer: Canonicalizer) -> list[tuple[str, str, Patch]]:
-    """The signed vector patches, each chained to the one before."""
+    """The signed vector patches: the format 1 chain, then the format 2 chain (whose
+    occurrences come from a replica of the graph that follows it)."""
     key = load_key(KEY_FILE)
     out: list[tuple[str, str, Patch]] = []
-    prev = None
-    for name, what, old, new, author, message, created in STEPS:
-        old_quads = list(read_file(HERE / old)) if old else []
-        change = diff_graph(old_quads, read_file(HERE / new), GRAPH, canonicalizer)
-        patch = sign_patch(change.to_patch(prev, author=author, message=message, created=created), key)
-        out.append((name, what, patch))
-        prev = patch.id
+    for steps, fmt in ((STEPS, 1), (STEPS_2, 2)):
+        prev = None
+        replica = GraphReplica([], canonicalizer)
+        for name, what, old, new, author, message, created in steps:
+            old_quads = list(read_file(HERE / old)) if old else []
+            change = diff_graph(old_quads, read_file(HERE / new), GRAPH, canonicalizer)
+            unsigned = change.to_patch(prev, author=author, message=message, created=created,
+                                       held=replica.held if fmt == 2 else None)
+            patch = sign_patch(unsigned, key)
+            replica.apply(patch)
+            out.append((name, what, patch))
+            prev = patch.id
     return out
 
 
