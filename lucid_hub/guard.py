@@ -73,7 +73,10 @@ class GuardProcess:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         if not self.ready:
             # Start-up (interpreter, imports) is not the job's work: wait for it separately.
-            _read_frame(self.proc.stdout, time.monotonic() + STARTUP_TIMEOUT, STARTUP_TIMEOUT)
+            try:
+                _read_frame(self.proc.stdout, time.monotonic() + STARTUP_TIMEOUT, STARTUP_TIMEOUT)
+            except GuardFailed as failure:
+                raise GuardFailed(f"could not start: {failure.reason}") from None
             self.ready = True
         deadline = time.monotonic() + timeout
         try:

@@ -30,6 +30,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "signingKey": {"existingSecret": "lucid-signing-key"},
         "workers": {"replicas": 3},
         "ingress": {"enabled": True, "className": "nginx", "host": "hub.acme.example", "tlsSecret": "hub-tls"},
+        "hub": {"trustedProxies": "10.42.0.0/16"},
         "autoscaling": {"enabled": True},
         "podDisruptionBudget": {"enabled": True},
         "networkPolicy": {"enabled": True},
@@ -242,6 +243,14 @@ def test_metrics_port_and_service_monitor() -> None:
     config = _by(objects, "ConfigMap")[0]["data"]
     assert config["LUCID_METRICS_PORT"] == "9102" and config["LUCID_LOG_FORMAT"] == "json"
     assert (config["LUCID_WEB_WORKERS"], config["LUCID_WEB_THREADS"]) == ("1", "8")
+    # sized for the 1Gi hub pod: bodies and SPARQL workers (plain integers, as the hub reads them)
+    assert (config["LUCID_MAX_BODY_BYTES"], config["LUCID_SPARQL_WORKERS"], config["LUCID_SPARQL_MEMORY_MB"]) == (
+        "16777216", "2", "1536")
+    assert config["LUCID_TRUSTED_PROXIES"] == "10.42.0.0/16"
+    minimal = _by(render(PROFILES["minimal"]), "ConfigMap")[0]["data"]
+    assert "LUCID_TRUSTED_PROXIES" not in minimal  # none unless the operator names them
+    with pytest.raises(helm.HelmError, match="memoryMb"):
+        render({**PROFILES["minimal"], "hub": {"sparql": {"memoryMb": 256}}})
     workers = render({**PROFILES["minimal"], "hub": {"gunicornWorkers": 3}})
     assert _by(workers, "ConfigMap")[0]["data"]["LUCID_WEB_WORKERS"] == "3"
     with pytest.raises(helm.HelmError, match="gunicornWorkers"):

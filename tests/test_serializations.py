@@ -29,7 +29,7 @@ def test_round_trip_is_exact(fmt: str, patches, canonicalizer: Canonicalizer) ->
 
 
 def test_rdflib_patch_parser_reads_our_rdf_patch(patches) -> None:  # type: ignore[no-untyped-def]
-    first, second, _ = patches
+    first, second, _ = patches[:3]  # the format 1 chain
     ds = rdflib.Dataset()
     ds.parse(data=write_patch(first).decode() , format="patch")
     ds.parse(data=write_patch(second).decode(), format="patch")

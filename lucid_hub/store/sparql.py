@@ -100,6 +100,9 @@ class SparqlGuard:
             answer = worker.call(request, max(0.001, deadline - time.monotonic()))
         except GuardFailed as failure:
             worker.kill()  # the work stops now, whether or not anybody waits for its answer
+            if failure.reason.startswith("could not start"):  # the hub's configuration, not the request
+                raise StoreError(f"a SPARQL worker {failure.reason} (is LUCID_SPARQL_MEMORY_MB, "
+                                 f"{self.memory_mb} MiB of address space, too low?)") from failure
             self.stopped += 1
             if "work limit" in failure.reason:
                 reason = f"exceeded the time limit of {self.timeout:g} s (LUCID_SPARQL_TIMEOUT)"
