@@ -104,3 +104,22 @@ def test_a_store_of_the_earlier_format_is_emptied_for_a_rebuild(tmp_path: Path) 
     assert ox.Quad(ox.NamedNode("urn:lucid-hub:store"), ox.NamedNode("urn:lucid-hub:format"),
                    ox.Literal(str(FORMAT)), ox.NamedNode("urn:lucid-hub:system")) in reopened._store
     reopened.close()
+
+
+def test_the_bulk_path_stores_what_the_transactional_path_stores(canonicalizer: Canonicalizer,
+                                                                 monkeypatch: Any) -> None:
+    """A large add-only patch is bulk-loaded (streamed to the store in chunks): its graph, its
+    blank-node index and its lexical records are the same as a transaction would write."""
+    from lucid_hub.store import graphs
+
+    text = "".join(f'<http://ex/s{i}> <http://ex/p> "0{i}"^^<{XSD}integer> .\n<http://ex/s{i}> <http://ex/q> _:b{i} .\n'
+                   f'_:b{i} <http://ex/p> "v{i}" .\n' for i in range(3000))
+    patch = diff_graph(parse_nt(""), parse_nt(text), G, canonicalizer).to_patch(None)
+    normal = GraphStore()
+    normal.apply(patch)
+    monkeypatch.setattr(graphs, "BULK_ADDITIONS", 10)
+    bulk = GraphStore()
+    bulk.apply(patch)
+    assert len(patch.added) == 6000  # more than one 1,024-line chunk of the bulk stream
+    assert set(bulk._store) == set(normal._store)
+    assert sorted(bulk.statements(G)) == sorted(normal.statements(G)) and bulk.version(G) == patch.id
