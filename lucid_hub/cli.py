@@ -595,6 +595,23 @@ def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, s
     run(conditions, graphs, clients, request_count, seed)
 
 
+@bench.command("sparql")
+@click.option("--triples", default=100_000, show_default=True, help="Size of the queried graph.")
+@click.option("--queries", default=200, show_default=True, help="Runs of each query.")
+@click.option("--updates", default="1000,4000,16000", show_default=True,
+              help="Comma-separated INSERT DATA sizes (triples).")
+@click.option("--baseline-limit", default=4000, show_default=True,
+              help="Largest update the previous release's rdflib translation is timed for (it grows as N squared).")
+def bench_sparql(triples: int, queries: int, updates: str, baseline_limit: int) -> None:
+    """Guarded SPARQL queries and updates over HTTP, against in-process pyoxigraph and rdflib."""
+    from lucid_hub.bench.sparql import run
+
+    sizes = _counts(updates, "--updates")
+    if triples < 2 or queries < 2 or any(n < 1 for n in sizes):
+        raise InputError("--triples and --queries must be at least 2, --updates positive")
+    run(triples=triples, queries=queries, updates=sizes, baseline_limit=baseline_limit)
+
+
 @bench.command("e2e")
 @click.option("--mirrors", default="1,10", show_default=True, help="Comma-separated mirror counts (partner hubs).")
 @click.option("--patches", default=100, show_default=True, help="Patches per latency run.")
@@ -605,10 +622,7 @@ def bench_e2e(mirrors: str, patches: int, rate: float, missed: int, triples: int
     """Publisher to mirrors: latency, catch-up rate, large-patch apply against pyoxigraph's load."""
     from lucid_hub.bench.e2e import run
 
-    try:
-        counts = [int(n) for n in mirrors.split(",") if n]
-    except ValueError:
-        raise InputError(f"--mirrors {mirrors!r}: expected comma-separated numbers") from None
+    counts = _counts(mirrors, "--mirrors")
     if any(n < 1 for n in counts) or patches < 1 or rate <= 0 or missed < 0 or triples < 0:
         raise InputError("--mirrors, --patches and --rate must be positive, --missed and --triples at least 0")
     run(counts, patches, rate, missed, triples)
@@ -629,10 +643,7 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, 
     """WebSub fan-out: deliveries/s and publish-to-delivered latency to loopback callbacks."""
     from lucid_hub.bench.fanout import run
 
-    try:
-        counts = [int(n) for n in subscribers.split(",")]
-    except ValueError:
-        raise InputError(f"--subscribers {subscribers!r}: expected comma-separated numbers") from None
+    counts = _counts(subscribers, "--subscribers")
     if any(n < 1 for n in counts) or deliveries < 1 or workers < 0:
         raise InputError("--subscribers and --deliveries must be positive, --workers at least 0")
     run(counts, deliveries, kafka, baseline, workers, database)
@@ -651,14 +662,19 @@ def bench_diff(sizes: str, work: Path, master: str, engines: str, floor: bool) -
     """Snapshot diffs: Spark and local engines against LC_ALL=C sort + comm on the same files."""
     from lucid_hub.bench.diff import run
 
-    try:
-        numbers = [int(s.replace("_", "")) for s in sizes.split(",")]
-    except ValueError:
-        raise InputError(f"--sizes {sizes!r}: expected comma-separated numbers of triples") from None
+    numbers = _counts(sizes, "--sizes")
     chosen = [e.strip() for e in engines.split(",") if e.strip()]
     if any(e not in ("local", "spark") for e in chosen) or any(n <= 0 for n in numbers):
         raise InputError("--engines takes local and/or spark; --sizes positive numbers")
     run(numbers, work, master, chosen, floor)
+
+
+def _counts(text: str, option: str) -> list[int]:
+    """A benchmark option's comma-separated numbers (1_000_000 spelling allowed)."""
+    try:
+        return [int(n.replace("_", "")) for n in text.split(",") if n.strip()]
+    except ValueError:
+        raise InputError(f"{option} {text!r}: expected comma-separated numbers") from None
 
 
 def _one_line(text: str) -> str:

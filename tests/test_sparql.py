@@ -106,8 +106,9 @@ def test_no_update_or_query_fetches_a_url_or_reads_a_file(hub: RunningHub, targe
         assert answer.status_code == 400 and reason in answer.text, (text, answer.text)
     for query in (f"SELECT * WHERE {{ SERVICE <{target.url}/sparql> {{ ?s ?p ?o }} }}",
                   f"SELECT * WHERE {{ ?s ?p ?o FILTER EXISTS {{ SERVICE <{target.url}/q> {{ ?s ?p ?o }} }} }}"):
-        answer = hub.http.get(f"{hub.url}/sparql", params={"query": query}, timeout=30)
-        assert answer.status_code == 400 and "SERVICE is not allowed" in answer.text
+        for _ in range(2):  # asked again: refused again (the worker keeps only what it parsed cleanly)
+            answer = hub.http.get(f"{hub.url}/sparql", params={"query": query}, timeout=30)
+            assert answer.status_code == 400 and "SERVICE is not allowed" in answer.text
     assert select(hub.http, hub, f"SELECT * FROM <{target.url}/x> WHERE {{ ?s ?p ?o }}") == []
     assert target.hits == [] and content(hub, W) == before
     # the words themselves are harmless data

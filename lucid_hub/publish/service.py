@@ -631,15 +631,17 @@ class Publisher:
             self._drop_relayed_outbox()
             self.relay()
 
-    def sync_all(self) -> None:
+    def sync_all(self) -> list[str]:
         """Bring the store up to the archive for every graph another process changed (before
-        a query reads the store directly): one statement, and the graphs that moved."""
+        a query reads the store directly): one statement, and the graphs that moved. Returns
+        every graph's IRI, in order."""
         with self.db.engine.connect() as conn:
-            heads = conn.execute(select(Graph.iri, Graph.head)).all()
+            heads = conn.execute(select(Graph.iri, Graph.head).order_by(Graph.iri)).all()
         for iri, head in heads:
             if self.store.version(iri) != head:
                 with self._lock(iri):
                     self._sync(iri)
+        return [iri for iri, _head in heads]
 
     def _drop_relayed_outbox(self) -> None:
         """After a crash between the log's acknowledgement and the outbox delete, the log

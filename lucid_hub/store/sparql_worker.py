@@ -146,21 +146,15 @@ def _syntax(exc: Exception, what: str) -> Refused:
 def _query(request: Frame) -> Frame:
     header = request.header
     text = request.body.decode("utf-8")
-    try:
-        parsed = parseQuery(text)
-    except ParseException as exc:
-        raise _syntax(exc, "query") from None
-    _refuse_service(parsed)
-    prologue = algebra.translatePrologue(parsed[0], header.get("base"))
-    form = parsed[1].name
+    form, from_default, from_named = _shape(text, header.get("base"))
     readable = header["readable"]
     if header.get("default") is not None or header.get("named") is not None:  # the protocol's dataset
         default, named = header.get("default") or [], header.get("named") or []
     else:
-        default, named = _dataset_clause(_field(parsed[1], "datasetClause"), prologue)
-        if default is None and named is None:  # no FROM: every readable graph
+        if from_default is None and from_named is None:  # no FROM: every readable graph
             default, named = readable, readable
-        default, named = default or [], named or []
+        else:
+            default, named = list(from_default or ()), list(from_named or ())
     # Graphs the caller may not read are as empty as graphs that do not exist.
     default = [g for g in default if g in readable]
     named = [g for g in named if g in readable]
@@ -184,6 +178,24 @@ def _query(request: Frame) -> Frame:
         raise Refused("too-large", f"the result is larger than {header['max_bytes']:,} bytes "
                                    "(LUCID_QUERY_MAX_RESULT_BYTES); narrow the query or page it")
     return Frame({"status": "ok", "media_type": media_type}, body)
+
+
+@functools.lru_cache(maxsize=256)
+def _shape(text: str, base: str | None) -> tuple[str, tuple[str, ...] | None, tuple[str, ...] | None]:
+    """A query's form and FROM / FROM NAMED graphs, SERVICE refused. Kept for the texts
+    asked last: rdflib's parser takes a millisecond or more, a dashboard asks the same again."""
+    try:
+        parsed = parseQuery(text)
+    except ParseException as exc:
+        raise _syntax(exc, "query") from None
+    _refuse_service(parsed)
+    prologue = algebra.translatePrologue(parsed[0], base)
+    default, named = _dataset_clause(_field(parsed[1], "datasetClause"), prologue)
+    return parsed[1].name, _frozen(default), _frozen(named)
+
+
+def _frozen(graphs: list[str] | None) -> tuple[str, ...] | None:
+    return None if graphs is None else tuple(graphs)
 
 
 def _dataset_clause(clauses: Any, prologue: Any) -> tuple[list[str] | None, list[str] | None]:

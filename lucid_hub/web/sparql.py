@@ -82,9 +82,9 @@ def sparql_post() -> Response:
 
 def _readable(party: Any) -> list[str]:
     rt = runtime()
-    rt.publisher.sync_all()  # another process of this hub (or another hub on the database) may have published
-    return [g.iri for g in rt.publisher.graphs() if not g.iri.startswith(RESERVED_PREFIX)
-            and rt.policies.decide(party, g.iri, "read")[0]]
+    # (another process of this hub, or another hub on the database, may have published)
+    return [iri for iri in rt.publisher.sync_all() if not iri.startswith(RESERVED_PREFIX)
+            and rt.policies.decide(party, iri, "read")[0]]
 
 
 def _query(text: str, params: Any) -> Response:
