@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pyoxigraph as ox
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lucid_hub.diff.local import diff_graph
 from lucid_hub.errors import ChainError, PatchApplyError
 from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.store import GraphStore
 from tests.conftest import parse_nt, whole_canonical
 
 G = "http://ex/g"
@@ -70,3 +74,33 @@ def test_added_msgs_get_fresh_blank_nodes(canonicalizer: Canonicalizer) -> None:
     objects = [s.split(" ")[2] for s in replica.statements() if "<http://ex/p>" in s]
     assert len(set(objects)) == 2 and "_:c14n0" not in objects
     assert len(list(replica.triples())) == 3
+
+
+copies = st.lists(st.sampled_from(['_:x <http://ex/qty> "1" .', '_:x <http://ex/qty> "2" .',
+                                   '_:x <http://ex/qty> "1" .\n_:x <http://ex/unit> "kg" .']), max_size=5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(copies, min_size=1, max_size=5))
+def test_replica_and_store_agree_on_occurrences_through_a_format_2_chain(canonicalizer: Canonicalizer,
+                                                                          versions: list[list[str]]) -> None:
+    """Format-2 patches built from a replica's occurrences (GraphReplica.held) apply to a store,
+    and both then hold the same occurrences of every MSG, repeated copies included."""
+    replica = GraphReplica([], canonicalizer)
+    store = GraphStore()
+    previous: list[ox.Quad] = []
+    for version in versions:
+        text = "".join(f'<http://ex/o> <http://ex/line> _:n{i} .\n{copy.replace("_:x", f"_:n{i}")}\n'
+                       for i, copy in enumerate(version))
+        current = parse_nt(text)
+        change = diff_graph(previous, current, G, canonicalizer)
+        previous = current
+        if change.is_empty:
+            continue
+        patch = change.to_patch(replica.version, held=replica.held)
+        assert patch.format == 2
+        replica.apply(patch)
+        store.apply(patch)
+        assert sorted(replica.statements()) == sorted(store.statements(G))
+        for msg in {*patch.removed, *patch.added}:
+            assert sorted(replica.held(msg.hash)) == sorted(store.held(G, msg.hash))

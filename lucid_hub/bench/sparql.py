@@ -4,9 +4,9 @@ A real hub runs in a child process (`lucid-hub serve`). Queries go over HTTP to 
 where each runs in a guard process on a snapshot of the store (store/sparql.py); the
 baseline is the same query on an in-process pyoxigraph store holding the same data, on
 disk as the hub's is, in the same run. Updates are INSERT DATA of N triples over HTTP;
-their baseline is the path of the previous release, rdflib's parseUpdate + translateUpdate of the same text in this process
-(whose time grows with the square of N), and the floor is a POST of the same triples as
-N-Triples to the Graph Store endpoint.
+their baseline is the path of the previous release, rdflib's parseUpdate + translateUpdate
+of the same text in this process (whose time grows with the square of N), and the floor
+is a POST of the same triples as N-Triples to the Graph Store endpoint.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from lucid_hub import gcpause
 from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord
 from lucid_hub.db.session import Database
 from lucid_hub.diff import GraphChange
@@ -328,21 +329,22 @@ class Publisher:
                     if not caught_up and self._sync(graph):
                         continue  # "no change" against a stale store is no answer
                     return None
-                unsigned = change.to_patch(head, author=author, message=message, held=self._held(graph))
-                patch = sign_patch(unsigned, self.key)
-                plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
-                try:
-                    self._append(patch, local=True)
-                except MirroredGraphError:
-                    raise
-                except ConflictError:
-                    if attempt + 1 == CAS_ATTEMPTS:
+                with gcpause.paused_for(len(change.removed) + len(change.added)):
+                    unsigned = change.to_patch(head, author=author, message=message, held=self._held(graph))
+                    patch = sign_patch(unsigned, self.key)
+                    plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
+                    try:
+                        self._append(patch, local=True)
+                    except MirroredGraphError:
                         raise
-                    self._sync(graph)
-                    continue
-                _crash_point("after-archive-commit", graph)
-                self.store.apply(patch, plan)
-                self.cache.advance(patch)
+                    except ConflictError:
+                        if attempt + 1 == CAS_ATTEMPTS:
+                            raise
+                        self._sync(graph)
+                        continue
+                    _crash_point("after-archive-commit", graph)
+                    self.store.apply(patch, plan)
+                    self.cache.advance(patch)
                 break
         self.metrics.publish_seconds.observe(time.perf_counter() - started)
         self._outbox_changed()
@@ -476,11 +478,12 @@ class Publisher:
             if patch.prev != head:
                 raise ConflictError(
                     f"patch follows {patch.prev or 'nothing'}, but <{patch.graph}> is at {head}", head)
-            plan = self.store.check(patch, head)  # planned once, applied as planned
-            self._append(patch, local=local)
-            _crash_point("after-archive-commit", patch.graph)
-            self.store.apply(patch, plan)
-            self.cache.advance(patch)
+            with gcpause.paused_for(len(patch.removed) + len(patch.added)):
+                plan = self.store.check(patch, head)  # planned once, applied as planned
+                self._append(patch, local=local)
+                _crash_point("after-archive-commit", patch.graph)
+                self.store.apply(patch, plan)
+                self.cache.advance(patch)
         self._outbox_changed()
         self._published(patch, origin)
         return patch

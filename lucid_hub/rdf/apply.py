@@ -56,6 +56,8 @@ class GraphReplica:
             held = self._msgs[text]
             occurrence = next(o for o in itertools.count() if o not in held)
             held[occurrence] = _instance(Msg.of(text), occurrence)
+        # The blank-node MSGs' canonical forms by hash (for `held`).
+        self._texts = {Msg.of(text).hash: text for text in self._msgs if "_:" in text}
 
     def apply(self, patch: Patch) -> None:
         """Apply `patch`, or raise and change nothing.
@@ -93,6 +95,7 @@ class GraphReplica:
                 if any(o in self._msgs.get(text, {}) for o in occs):
                     raise PatchApplyError(f"patch {patch.id} adds occurrences {occs} of MSG "
                                           f"sha256:{Msg.of(text).hash} the graph holds; the replica has diverged")
+        msgs = {m.nquads: m for m in (*patch.removed, *patch.added)}
         for text, occs in gone.items():
             if not occs:
                 continue
@@ -101,15 +104,19 @@ class GraphReplica:
                 del instances[occurrence]
             if not instances:
                 del self._msgs[text]
+                self._texts.pop(msgs[text].hash, None)
         for text, occs in came.items():
-            msg = Msg.of(text)
+            msg = msgs[text]
             for occurrence in occs:
                 self._msgs.setdefault(text, {})[occurrence] = _instance(msg, occurrence)
+            if occs and "_:" in text:
+                self._texts[msg.hash] = text
         self.version = patch.id
 
     def held(self, msg_hash: str) -> list[int]:
         """The occurrences of an MSG the graph holds (for building a format-2 patch)."""
-        return [o for text, instances in self._msgs.items() if Msg.of(text).hash == msg_hash for o in instances]
+        text = self._texts.get(msg_hash)
+        return [] if text is None else list(self._msgs.get(text, ()))
 
     def statements(self) -> Iterator[str]:
         """The graph's triples as canonical statements (blank nodes as format 2 labels them)."""

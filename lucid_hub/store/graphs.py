@@ -24,7 +24,7 @@ from typing import Any
 import pyoxigraph as ox
 
 from lucid_hub.errors import ChainError, InputError, PatchApplyError, StoreError
-from lucid_hub.rdf.msg import GraphMsgs, chain_label
+from lucid_hub.rdf.msg import GraphMsgs, Msg, chain_label
 from lucid_hub.rdf.patch import Patch, occurrences
 from lucid_hub.rdf.statements import document, relabel, terms
 from lucid_hub.store import lexical
@@ -293,17 +293,17 @@ class GraphStore:
         plan = Plan(patch)
         removed: list[str] = []  # statements as stored (skolem IRIs), literals as published
         added: list[str] = []
-        occurrences = self._occurrences(patch)
-        for msg, occurrence in zip(patch.removed, occurrences[0], strict=True):
+        removed_occ, added_occ, held = self._occurrences(patch)
+        for msg, occurrence in zip(patch.removed, removed_occ, strict=True):
             if "_:" not in msg.nquads:
                 removed.append(msg.nquads[:-3])
                 continue
-            instance_iri = self.held(patch.graph, msg.hash)[occurrence]
+            instance_iri = held[msg.hash][occurrence]
             instance = instance_iri[len(SKOLEM_PREFIX):]
             removed.extend(_skolemise(s, instance) for s in msg.statements)
             plan.delete_index.append(f'<{instance_iri}> <{_MSG.value}> "{msg.hash}" .')
             plan.delete_index.append(f'<{instance_iri}> <{_OCCURRENCE.value}> "{occurrence}" .')
-        for row, (msg, occurrence) in enumerate(zip(patch.added, occurrences[1], strict=True),
+        for row, (msg, occurrence) in enumerate(zip(patch.added, added_occ, strict=True),
                                                 start=len(patch.removed)):
             if "_:" not in msg.nquads:
                 added.append(msg.nquads[:-3])
@@ -333,32 +333,33 @@ class GraphStore:
         plan.insert_lexical.extend(f"{s} ." for s in record)
         return plan
 
-    def _occurrences(self, patch: Patch) -> tuple[list[int], list[int]]:
+    def _occurrences(self, patch: Patch) -> tuple[list[int], list[int], dict[str, dict[int, str]]]:
         """Which instance each blank-node MSG row removes, and which occurrence each added
         one becomes: as a format-2 patch names them (each must fit what the graph holds),
-        or by the rule (rdf.patch.occurrences) for a format-1 patch."""
+        or by the rule (rdf.patch.occurrences) for a format-1 patch. Also the instances held
+        of each of the patch's blank-node MSGs, by hash and occurrence."""
         removed_occ = list(patch.removed_occurrences) or [0] * len(patch.removed)
         added_occ = list(patch.added_occurrences) or [0] * len(patch.added)
-        removing = Counter(m.hash for m in patch.removed if "_:" in m.nquads)
-        adding = Counter(m.hash for m in patch.added if "_:" in m.nquads)
+        removing, adding = _rows_by_hash(patch.removed), _rows_by_hash(patch.added)
+        instances: dict[str, dict[int, str]] = {}
         for digest in removing.keys() | adding.keys():
-            held = self.held(patch.graph, digest)
+            held = instances[digest] = self.held(patch.graph, digest)
+            gone_rows, came_rows = removing.get(digest, []), adding.get(digest, [])
             if patch.format == 1:
-                gone, came = occurrences(held, removing[digest], adding[digest])
-                for occs, msgs, assigned in ((removed_occ, patch.removed, gone), (added_occ, patch.added, came)):
-                    rows = [i for i, m in enumerate(msgs) if m.hash == digest]
+                gone, came = occurrences(held, len(gone_rows), len(came_rows))
+                for occs, rows, assigned in ((removed_occ, gone_rows, gone), (added_occ, came_rows, came)):
                     for i, occurrence in zip(rows, assigned, strict=True):
                         occs[i] = occurrence
                 continue
-            gone_rows = [o for m, o in zip(patch.removed, removed_occ, strict=True) if m.hash == digest]
-            came_rows = [o for m, o in zip(patch.added, added_occ, strict=True) if m.hash == digest]
-            if any(o not in held for o in gone_rows):
-                raise PatchApplyError(f"patch {patch.id} removes occurrences {gone_rows} of MSG sha256:{digest}; "
+            gone = [removed_occ[i] for i in gone_rows]
+            came = [added_occ[i] for i in came_rows]
+            if any(o not in held for o in gone):
+                raise PatchApplyError(f"patch {patch.id} removes occurrences {gone} of MSG sha256:{digest}; "
                                       f"the graph holds {sorted(held)}: the replica has diverged")
-            if any(o in held for o in came_rows):
-                raise PatchApplyError(f"patch {patch.id} adds occurrences {came_rows} of MSG sha256:{digest}; "
+            if any(o in held for o in came):
+                raise PatchApplyError(f"patch {patch.id} adds occurrences {came} of MSG sha256:{digest}; "
                                       f"the graph holds {sorted(held)} already: the replica has diverged")
-        return removed_occ, added_occ
+        return removed_occ, added_occ, instances
 
     def _bulk_add(self, graph: str, plan: Plan) -> None:
         try:
@@ -382,6 +383,15 @@ class GraphStore:
                 self._store = _CLOSED
             if self.path is not None:
                 shutil.rmtree(self._snapshots_dir(), ignore_errors=True)
+
+
+def _rows_by_hash(msgs: tuple[Msg, ...]) -> dict[str, list[int]]:
+    """The rows of each blank-node MSG, by hash (one pass: a patch can have many)."""
+    rows: dict[str, list[int]] = {}
+    for i, msg in enumerate(msgs):
+        if "_:" in msg.nquads:
+            rows.setdefault(msg.hash, []).append(i)
+    return rows
 
 
 class _LineReader(io.RawIOBase):
