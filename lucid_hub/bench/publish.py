@@ -40,8 +40,28 @@ def _token(data: Path, url: str) -> str:
     return client_credentials_token(url, record.client_id, secret)
 
 
+class Hub(str):
+    """A hub child process's URL, which also knows the process (for its memory)."""
+
+    pid: int
+
+    def peak_rss_mib(self) -> float:
+        """The highest resident memory any of the hub's processes reached (VmHWM), in MiB."""
+        import psutil
+
+        root = psutil.Process(self.pid)
+        peaks = []
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                status = Path(f"/proc/{process.pid}/status").read_text()
+            except OSError:  # ended meanwhile, or not Linux
+                continue
+            peaks += [int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")]
+        return max(peaks, default=0.0)
+
+
 @contextmanager
-def _hub(data: Path, extra_env: dict[str, str]) -> Iterator[str]:
+def _hub(data: Path, extra_env: dict[str, str]) -> Iterator[Hub]:
     port = free_port()
     env = {**os.environ, "LUCID_DATA_DIR": str(data), "LUCID_MAX_BODY_BYTES": str(4 * 1024**3),
            "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}", **extra_env}
@@ -49,7 +69,8 @@ def _hub(data: Path, extra_env: dict[str, str]) -> Iterator[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, 60)
-        url = f"http://127.0.0.1:{port}"
+        url = Hub(f"http://127.0.0.1:{port}")
+        url.pid = proc.pid
         NT["Authorization"] = f"Bearer {_token(data, url)}"  # every request below sends it
         yield url
     finally:
@@ -156,7 +177,7 @@ def _baseline(updates: int, directory: Path) -> tuple[list[float], float]:
     return latencies, updates / (time.perf_counter() - begin)
 
 
-def _bulk(url: str, directory: Path, triples: int, change: float) -> tuple[float, float, int]:
+def _bulk(url: str, directory: Path, triples: int, change: float) -> tuple[float, float, int, int]:
     from lucid_hub.bench.canon import generate
 
     (dataset, _) = generate(directory, triples, 1000, change, seed=3)
@@ -172,7 +193,7 @@ def _bulk(url: str, directory: Path, triples: int, change: float) -> tuple[float
     for r in (first, second):
         if r.status_code >= 300:
             raise click.ClickException(f"bulk publish failed: {r.status_code} {r.text[:300]}")
-    return first_s, second_s, second.json()["removed"] + second.json()["added"]
+    return first_s, second_s, second.json()["removed"] + second.json()["added"], dataset.old.stat().st_size
 
 
 def run(*, updates: int, clients: int, bulk_triples: int, change: float, kafka: bool, graphs: int = 1,
@@ -204,8 +225,13 @@ def run(*, updates: int, clients: int, bulk_triples: int, change: float, kafka: 
         if bulk_triples:
             echo(f"\n== bulk: PUT of {bulk_triples:,} triples, then re-publish with {change:.0%} changed (sql log)")
             with _hub(directory / "hub-bulk", {}) as url:
-                first_s, second_s, changed = _bulk(url, directory, bulk_triples, change)
+                idle = url.peak_rss_mib()
+                first_s, second_s, changed, size = _bulk(url, directory, bulk_triples, change)
+                peak = url.peak_rss_mib()
             echo(f"  first PUT {first_s:.1f} s; re-publish {second_s:.1f} s ({changed:,} MSGs changed)")
+            body_mib = size / 2**20
+            echo(f"  hub process peak memory {peak:,.0f} MiB (started at {idle:,.0f} MiB): "
+                 f"{(peak - idle) / body_mib:.1f}x the {body_mib:,.0f} MiB N-Triples body")
             _goal("1% re-publish <= 15 s", second_s <= 15, f"{second_s:.1f} s")
 
 

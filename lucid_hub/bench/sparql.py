@@ -88,7 +88,7 @@ def run(*, triples: int, queries: int, updates: list[int], baseline_limit: int) 
             h50, h99 = _ms(hub)
             d50, _ = _ms(direct)
             echo(f"  {name:6} hub p50 {h50:7.2f} ms, p99 {h99:7.2f} ms; in-process pyoxigraph p50 {d50:7.2f} ms "
-                 f"(+{h50 - d50:.2f} ms, x{h50 / d50:,.1f})")
+                 f"({h50 - d50:+.2f} ms, x{h50 / d50:,.1f})")
         echo("\n== INSERT DATA over HTTP, against the previous release's rdflib translation and a Graph Store POST")
         for n in updates:
             text = _insert(n, n * 10)
