@@ -524,19 +524,9 @@ def _evaluate(request: Frame) -> Frame:
     return Frame({"status": "ok", "graphs": sorted(graphs)}, body)
 
 
-def _public(term: Any) -> Any:
-    if isinstance(term, rdflib.URIRef):
-        return ox.NamedNode(str(term))
-    if isinstance(term, rdflib.Literal):
-        if term.language:
-            return ox.Literal(str(term), language=term.language)
-        return ox.Literal(str(term), datatype=ox.NamedNode(str(term.datatype)) if term.datatype else None)
-    return ox.BlankNode(str(term))
-
-
 def _nt(triples: set[Any]) -> list[str]:
     """Triples as canonical N-Triples statements (literals exactly, blank nodes by label)."""
-    return sorted(str(ox.Triple(*(_public(t) for t in triple))) for triple in triples)
+    return sorted(str(ox.Triple(*(_to_ox(t) for t in triple))) for triple in triples)
 
 
 def _graph_triples(store: Any, overlay: _Overlay, graph: str) -> list[Any]:

@@ -9,8 +9,7 @@ import html
 import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
-from lucid_hub.errors import InputError, UnsupportedMediaTypeError
-from lucid_hub.mediatypes import EntityTags
+from lucid_hub.errors import UnsupportedMediaTypeError
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -20,6 +19,7 @@ from lucid_hub.web.authz import author, authorized_graph, require_graph, require
 from lucid_hub.web.common import (
     RDF_MEDIA_TYPES,
     discovery_links,
+    entity_tags,
     etag,
     graph_url,
     message,
@@ -77,7 +77,7 @@ def container() -> Response:
     if more:
         links.append(f'<{_page_url(graph, page[-1].id)}>; rel="next"')
     headers["Link"] = ", ".join(links)
-    none_match = _tags("If-None-Match")
+    none_match = entity_tags("If-None-Match")
     if none_match is not None and none_match.match_weak(tag):
         return Response(status=304, headers=headers)
     if media_type == "application/json":  # a page of whole patches: how mirrors catch up
@@ -92,13 +92,6 @@ def container() -> Response:
         quads.append(ox.Quad(self_url, ox.NamedNode(LDP + "contains"), ox.NamedNode(patch_url(r.id))))
     body = serialize(quads, RDF_MEDIA_TYPES[media_type], prefixes={"ldp": LDP})
     return Response(body, mimetype=media_type, headers=headers)
-
-
-def _tags(header: str) -> EntityTags | None:
-    try:
-        return EntityTags.parse(request.headers.get(header))
-    except ValueError as exc:
-        raise InputError(f"{header}: {exc}") from None
 
 
 def _page_url(graph: str, since: str) -> str:
@@ -119,7 +112,7 @@ def patch_resource(patch_id: str) -> Response:
     tag = patch_id if media_type == RDF_PATCH else f"{patch_id};{media_type}"
     headers = {"ETag": etag(tag), "Cache-Control": "private, max-age=31536000, immutable", "Vary": "Accept",
                "Link": f'<{LDP}Resource>; rel="type", {discovery_links(record.graph)}'}
-    none_match = _tags("If-None-Match")
+    none_match = entity_tags("If-None-Match")
     if none_match is not None and none_match.match_weak(tag):
         return Response(status=304, headers=headers)
     if media_type == RDF_PATCH:

@@ -89,3 +89,12 @@ def discovery_links(graph: str) -> str:
 
 def etag(version: str | None) -> str:
     return f'"{version or ""}"'
+
+
+def entity_tags(header: str) -> mediatypes.EntityTags | None:
+    """The entity tags of a conditional request header (If-Match, If-None-Match); None when
+    absent, 400 when malformed."""
+    try:
+        return mediatypes.EntityTags.parse(request.headers.get(header))
+    except ValueError as exc:
+        raise InputError(f"{header}: {exc}") from None

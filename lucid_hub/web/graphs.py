@@ -13,7 +13,6 @@ import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
-from lucid_hub.mediatypes import EntityTags
 from lucid_hub.publish import Precondition
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
@@ -24,6 +23,7 @@ from lucid_hub.web.common import (
     RDF_MEDIA_TYPES,
     body_quads,
     discovery_links,
+    entity_tags,
     etag,
     graph_url,
     message,
@@ -45,13 +45,6 @@ def _no_default_graph() -> None:
                          "docs/http-api.md)")
 
 
-def _tags(header: str) -> EntityTags | None:
-    try:
-        return EntityTags.parse(request.headers.get(header))
-    except ValueError as exc:
-        raise InputError(f"{header}: {exc}") from None
-
-
 @blueprint.get("/graphs")
 def get_graph() -> Response:
     _no_default_graph()
@@ -59,7 +52,7 @@ def get_graph() -> Response:
     version, statements = runtime().publisher.content(graph, request.args.get("version"))
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
     headers = {"ETag": etag(version), "Link": discovery_links(graph), "Vary": "Accept"}
-    none_match = _tags("If-None-Match")
+    none_match = entity_tags("If-None-Match")
     if none_match is not None and none_match.match_weak(version):
         return Response(status=304, headers=headers)
     return Response(render(graph, statements, media_type), mimetype=media_type, headers=headers)
@@ -93,7 +86,7 @@ def _body_msgs(graph: str) -> GraphMsgs:
 
 def _precondition() -> Precondition | None:
     """If-Match (strong comparison) and If-None-Match (weak) on the graph's version."""
-    match, none_match = _tags("If-Match"), _tags("If-None-Match")
+    match, none_match = entity_tags("If-Match"), entity_tags("If-None-Match")
     if match is None and none_match is None:
         return None
 
