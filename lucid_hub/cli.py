@@ -252,11 +252,11 @@ def demo(state: _Context, workdir: Path | None, offline: bool) -> None:
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     if offline:
-        from lucid_hub.demo_patches import run as run_offline
+        from lucid_hub.tools.demo_patches import run as run_offline
 
         run_offline(workdir, click.echo, state.canonicalizer)
         return
-    from lucid_hub.demo import run
+    from lucid_hub.tools.demo import run
 
     run(workdir, click.echo)
 
@@ -308,7 +308,7 @@ def worker(state: _Context, name: str | None) -> None:
     """Deliver WebSub notifications (beside `serve`; set LUCID_DELIVER_IN_PROCESS=false there to
     leave all delivery to workers). Several workers share the subscriptions."""
     from lucid_hub.delivery.worker import run_worker
-    from lucid_hub.logs import configure_logging
+    from lucid_hub.logging_setup import configure_logging
 
     configure_logging(state.settings.log_format, state.settings.log_level.upper())
     run_worker(state.settings, name)
@@ -555,7 +555,7 @@ def bench() -> None:
 def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_baseline_triples: int,
                 change: float, seed: int) -> None:
     """MSG hashing and diff of generated graphs, against rdflib's canonicalisation."""
-    from lucid_hub.bench.canon import run
+    from lucid_hub.tools.bench.canon import run
 
     run(triples=triples, blank_triples=blank_triples, baseline_triples=baseline_triples,
         blank_baseline_triples=blank_baseline_triples, change=change, seed=seed)
@@ -574,7 +574,7 @@ def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_b
 def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, kafka: bool, graphs: int,
                   workers: int) -> None:
     """Publishing latency, throughput and bulk re-publish, against direct pyoxigraph writes."""
-    from lucid_hub.bench.publish import run
+    from lucid_hub.tools.bench.publish import run
 
     run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka, graphs=graphs,
         workers=workers)
@@ -588,7 +588,7 @@ def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, 
 @click.option("--seed", default=1, show_default=True)
 def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, seed: int) -> None:
     """Token validation plus access decision per request, against naive evaluation."""
-    from lucid_hub.bench.auth import run
+    from lucid_hub.tools.bench.auth import run
 
     if min(conditions, clients, request_count) < 1 or graphs < 100:
         raise InputError("--conditions, --clients and --requests must be positive, --graphs at least 100")
@@ -604,7 +604,7 @@ def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, s
               help="Largest update the previous release's rdflib translation is timed for (it grows as N squared).")
 def bench_sparql(triples: int, queries: int, updates: str, baseline_limit: int) -> None:
     """Guarded SPARQL queries and updates over HTTP, against in-process pyoxigraph and rdflib."""
-    from lucid_hub.bench.sparql import run
+    from lucid_hub.tools.bench.sparql import run
 
     sizes = _counts(updates, "--updates")
     if triples < 2 or queries < 2 or any(n < 1 for n in sizes):
@@ -620,7 +620,7 @@ def bench_sparql(triples: int, queries: int, updates: str, baseline_limit: int) 
 @click.option("--triples", default=100_000, show_default=True, help="Triples of the large patch (0: skip).")
 def bench_e2e(mirrors: str, patches: int, rate: float, missed: int, triples: int) -> None:
     """Publisher to mirrors: latency, catch-up rate, large-patch apply against pyoxigraph's load."""
-    from lucid_hub.bench.e2e import run
+    from lucid_hub.tools.bench.e2e import run
 
     counts = _counts(mirrors, "--mirrors")
     if any(n < 1 for n in counts) or patches < 1 or rate <= 0 or missed < 0 or triples < 0:
@@ -641,7 +641,7 @@ def bench_e2e(mirrors: str, patches: int, rate: float, missed: int, triples: int
               "its tables are dropped before each run.")
 def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, workers: int, database: str) -> None:
     """WebSub fan-out: deliveries/s and publish-to-delivered latency to loopback callbacks."""
-    from lucid_hub.bench.fanout import run
+    from lucid_hub.tools.bench.fanout import run
 
     counts = _counts(subscribers, "--subscribers")
     if any(n < 1 for n in counts) or deliveries < 1 or workers < 0:
@@ -660,7 +660,7 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, 
               help="Also time Spark's floor: the lines read and grouped, no RDF parsing.")
 def bench_diff(sizes: str, work: Path, master: str, engines: str, floor: bool) -> None:
     """Snapshot diffs: Spark and local engines against LC_ALL=C sort + comm on the same files."""
-    from lucid_hub.bench.diff import run
+    from lucid_hub.tools.bench.diff import run
 
     numbers = _counts(sizes, "--sizes")
     chosen = [e.strip() for e in engines.split(",") if e.strip()]

@@ -17,7 +17,7 @@ from lucid_hub.errors import ConfigError, StoreError
 from lucid_hub.locks import exclusive
 from lucid_hub.log import PatchLog
 from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
-from lucid_hub.policy.service import PolicyService
+from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing, TrustedKeys

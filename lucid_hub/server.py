@@ -20,7 +20,7 @@ from typing import Any
 
 from lucid_hub.config import Settings
 from lucid_hub.errors import ConfigError
-from lucid_hub.logs import configure_logging, dict_config
+from lucid_hub.logging_setup import configure_logging, dict_config
 from lucid_hub.metrics import mark_process_dead, use_multiprocess_metrics
 from lucid_hub.runtime import Runtime
 from lucid_hub.web import create_app

@@ -14,9 +14,9 @@ from typing import Any
 import pyoxigraph as ox
 import pytest
 
-from lucid_hub.loopback import free_port, kafka_broker
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import SigningKey, generate_key
+from lucid_hub.tools.loopback import free_port, kafka_broker
 
 REPO = Path(__file__).resolve().parent.parent
 

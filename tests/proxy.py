@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
-from lucid_hub.loopback import free_port
+from lucid_hub.tools.loopback import free_port
 
 HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-encoding")
 

@@ -23,9 +23,9 @@ from sqlalchemy import create_engine, select
 from lucid_hub.auth.client_side import client_credentials_token
 from lucid_hub.db.models import LogEntry, LogOffset, Mirror, Subscription
 from lucid_hub.delivery.worker import GROUP
-from lucid_hub.hubproc import HubProcess, wait_until
-from lucid_hub.logs import redact
-from lucid_hub.loopback import free_port, kafka_broker
+from lucid_hub.logging_setup import redact
+from lucid_hub.tools.hubproc import HubProcess, wait_until
+from lucid_hub.tools.loopback import free_port, kafka_broker
 from tests.conftest import running_hub
 from tests.proxy import LoopbackProxy
 from tests.test_websub import Callback, G, active, callback, grant, publish, subscribe, subscriber

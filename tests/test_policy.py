@@ -10,7 +10,7 @@ import pytest
 from lucid_hub.errors import PolicyError
 from lucid_hub.policy.engine import PolicyEngine
 from lucid_hub.policy.model import ALL_GRAPHS, Condition, parse_turtle, to_turtle
-from lucid_hub.policy.service import POLICY_GRAPH, read_policy_dir
+from lucid_hub.policy.policy_graph import POLICY_GRAPH, read_policy_dir
 
 PREFIXES = "@prefix eccauth: <https://vocab.eccenca.com/auth/> .\n@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .\n"
 REPO = Path(__file__).resolve().parent.parent

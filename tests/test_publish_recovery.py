@@ -18,11 +18,11 @@ import requests
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Mirror
 from lucid_hub.errors import ConflictError, NotFoundError
-from lucid_hub.loopback import free_port, wait_for_port
-from lucid_hub.publish.service import MirroredGraphError
+from lucid_hub.publish.publisher import MirroredGraphError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import graph_msgs
 from lucid_hub.runtime import Runtime
+from lucid_hub.tools.loopback import free_port, wait_for_port
 from tests.conftest import assert_consistent, parse_nt
 
 G = "http://example.org/graphs/orders"
@@ -206,8 +206,8 @@ def test_two_hub_processes_on_postgresql_publish_concurrently_without_breaking_t
     import shutil
     from concurrent.futures import ThreadPoolExecutor
 
-    from lucid_hub.hubproc import HubProcess
     from lucid_hub.signing import TrustedKeys, verify_patch_bytes
+    from lucid_hub.tools.hubproc import HubProcess
     from tests.conftest import _reset_postgres
 
     _reset_postgres(postgres_url)

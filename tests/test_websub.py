@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from lucid_hub.errors import InputError
-from lucid_hub.loopback import free_port
+from lucid_hub.tools.loopback import free_port
 from tests.conftest import RunningHub, running_hub
 
 G = "http://example.org/graphs/kpi"
@@ -586,7 +586,7 @@ def test_a_worker_delivers_from_the_kafka_log(tmp_path: Path, kafka_bootstrap: s
 
 def test_a_workers_policies_answer_concurrent_first_decisions_alike(ws_hub: RunningHub) -> None:
     """Delivery threads decide at once on a fresh worker: none may see the conditions half loaded."""
-    from lucid_hub.policy.service import ArchivePolicies
+    from lucid_hub.policy.policy_graph import ArchivePolicies
 
     grant(ws_hub)
     policies = ArchivePolicies(ws_hub.runtime.db, ws_hub.runtime.canonicalizer)

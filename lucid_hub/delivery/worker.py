@@ -20,7 +20,7 @@ from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.hub import WebSubHub
 from lucid_hub.metrics import Metrics, canonicalization_metrics, serve_metrics
-from lucid_hub.policy.service import ArchivePolicies
+from lucid_hub.policy.policy_graph import ArchivePolicies
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.runtime import open_log
 

@@ -2,6 +2,6 @@
 it (compare-and-set on the graph's head), write the store, and emit it to the patch log
 through a transactional outbox."""
 
-from lucid_hub.publish.service import Precondition, Publisher, at_version
+from lucid_hub.publish.publisher import Precondition, Publisher, at_version
 
 __all__ = ["Precondition", "Publisher", "at_version"]

@@ -22,7 +22,7 @@ import pyoxigraph as ox
 
 from lucid_hub.diff import GraphChange
 from lucid_hub.errors import ConflictError, InputError
-from lucid_hub.publish.service import GraphView, Publisher, StaleChange
+from lucid_hub.publish.publisher import GraphView, Publisher, StaleChange
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs, Msg, by_hash, graph_msgs
 from lucid_hub.rdf.patch import Patch

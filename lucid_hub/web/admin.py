@@ -20,7 +20,7 @@ from lucid_hub.policy.engine import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
 from lucid_hub.signing import write_private
 from lucid_hub.web.authz import author, require_scope
-from lucid_hub.web.common import json_object_body, negotiate, request_address, runtime
+from lucid_hub.web.http import json_object_body, negotiate, request_address, runtime
 
 api = Blueprint("admin_api", __name__, url_prefix="/admin")
 ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates", static_folder="static")

@@ -16,7 +16,7 @@ from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.web.authz import author, authorized_graph, require_graph, require_scope
-from lucid_hub.web.common import (
+from lucid_hub.web.http import (
     RDF_MEDIA_TYPES,
     discovery_links,
     entity_tags,

@@ -12,7 +12,7 @@ from flask import g, request
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, ForbiddenError
 from lucid_hub.policy.engine import Action
-from lucid_hub.web.common import graph_param, runtime
+from lucid_hub.web.http import graph_param, runtime
 
 
 def principal() -> Principal:

@@ -19,7 +19,7 @@ from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.store.graphs import check_no_skolem
 from lucid_hub.web.authz import author, authorized_graph, require_graph
-from lucid_hub.web.common import (
+from lucid_hub.web.http import (
     RDF_MEDIA_TYPES,
     body_quads,
     discovery_links,

@@ -6,10 +6,10 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from lucid_hub.errors import InputError
-from lucid_hub.mirror.service import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
+from lucid_hub.mirror.subscriber import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
 from lucid_hub.outbound import AddressPolicy
 from lucid_hub.web.authz import authorized_graph, require_scope
-from lucid_hub.web.common import json_object_body, runtime
+from lucid_hub.web.http import json_object_body, runtime
 
 blueprint = Blueprint("mirrors", __name__)
 

@@ -22,7 +22,7 @@ from lucid_hub.auth.clients import AUTH_METHODS, SCOPES, ClientRecord
 from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.auth.tokens import Principal, TokenService
 from lucid_hub.errors import AuthenticationError, RateLimitedError
-from lucid_hub.web.common import request_address, runtime
+from lucid_hub.web.http import request_address, runtime
 
 blueprint = Blueprint("oauth", __name__)
 

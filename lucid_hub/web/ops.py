@@ -10,8 +10,8 @@ from sqlalchemy import text
 
 from lucid_hub.errors import LogUnavailableError
 from lucid_hub.metrics import CONTENT_TYPE
-from lucid_hub.web.common import runtime
 from lucid_hub.web.errors import text as plain
+from lucid_hub.web.http import runtime
 
 blueprint = Blueprint("ops", __name__)
 

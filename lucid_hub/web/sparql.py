@@ -18,7 +18,7 @@ from lucid_hub.publish.update import run_update
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.store.graphs import RESERVED_PREFIX
 from lucid_hub.web.authz import author, require_graph, require_scope
-from lucid_hub.web.common import RDF_MEDIA_TYPES, message, negotiate, patch_url, runtime
+from lucid_hub.web.http import RDF_MEDIA_TYPES, message, negotiate, patch_url, runtime
 
 blueprint = Blueprint("sparql", __name__)
 FORM = "application/x-www-form-urlencoded"

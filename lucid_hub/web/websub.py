@@ -18,8 +18,8 @@ from lucid_hub.delivery.safety import check_callback
 from lucid_hub.errors import ForbiddenError, InputError, NotFoundError
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.web.authz import require_graph, require_scope
-from lucid_hub.web.common import runtime
 from lucid_hub.web.errors import text
+from lucid_hub.web.http import runtime
 
 blueprint = Blueprint("websub", __name__)
 MAX_SECRET_BYTES = 200  # WebSub §5.1: a secret MUST be less than 200 bytes

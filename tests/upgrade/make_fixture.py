@@ -36,8 +36,9 @@ VERSIONS = [
 def main(out: Path) -> None:
     import os
 
-    import lucid_hub
     from lucid_hub.hubproc import HubProcess, wait_until
+
+    import lucid_hub
 
     out = out.resolve()
     # The hubs run `python -m lucid_hub.cli`, which finds lucid_hub in the working directory

@@ -1,4 +1,4 @@
-"""What the blueprints share: the runtime of the app, request bodies as RDF, negotiation."""
+"""What the blueprints share: the app's hub parts, request bodies as RDF, negotiation, URLs and entity tags."""
 
 from __future__ import annotations
 

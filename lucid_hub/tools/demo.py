@@ -25,8 +25,8 @@ import pyoxigraph as ox
 import requests
 
 from lucid_hub.errors import LucidError
-from lucid_hub.hubproc import EventStream, HubProcess, wait_until
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.tools.hubproc import EventStream, HubProcess, wait_until
 
 GRAPH = "https://acme.example/graphs/supply-chain"
 GROUP = "partner-globex"

@@ -24,7 +24,7 @@ import click
 import pyoxigraph as ox
 import requests
 
-from lucid_hub.loopback import free_port, kafka_broker, wait_for_port
+from lucid_hub.tools.loopback import free_port, kafka_broker, wait_for_port
 
 GRAPH = "http://example.org/graph/bench-publish"
 NT = {"Content-Type": "application/n-triples"}
@@ -178,7 +178,7 @@ def _baseline(updates: int, directory: Path) -> tuple[list[float], float]:
 
 
 def _bulk(url: str, directory: Path, triples: int, change: float) -> tuple[float, float, int, int]:
-    from lucid_hub.bench.canon import generate
+    from lucid_hub.tools.bench.canon import generate
 
     (dataset, _) = generate(directory, triples, 1000, change, seed=3)
     start = time.perf_counter()
