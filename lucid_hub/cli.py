@@ -482,12 +482,15 @@ def _database(state: _Context) -> Iterator[Any]:
 @pass_ctx
 def log_command(state: _Context, graph: str) -> None:
     """Print a graph's history: id, prev, author, time and counts, oldest first."""
+    from lucid_hub.archive import Archive
     from lucid_hub.db.session import Database
-    from lucid_hub.publish.history import graph_history
+    from lucid_hub.errors import NotFoundError
 
-    db = Database(state.settings.db_url)
+    db = Database(state.settings.db_url)  # the archive alone (no store): works beside a running hub
     try:
-        for record in graph_history(db, graph):
+        if not db.is_current():
+            raise NotFoundError(f"unknown graph <{graph}>")
+        for record in Archive(db).history(graph):
             click.echo(f"{record.id}  prev={record.prev or '-'}  {record.created:%Y-%m-%dT%H:%M:%SZ}  "
                        f"-{record.removed} +{record.added}  {record.author}  {record.message}")
     finally:

@@ -9,20 +9,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lucid_hub.archive import Archive
 from lucid_hub.auth import ClientRegistry, TokenService
 from lucid_hub.auth.tokens import TrustedIssuer
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
-from lucid_hub.errors import ConfigError, StoreError
+from lucid_hub.errors import StoreError
 from lucid_hub.locks import exclusive
-from lucid_hub.log import PatchLog
+from lucid_hub.log import PatchLog, open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
+from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
 from lucid_hub.store.sparql import SparqlGuard
+from lucid_hub.stream import PatchStream
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 class Runtime:
     settings: Settings
     db: Database
+    archive: Archive
     store: GraphStore
     log: PatchLog
     keys: KeyRing
@@ -41,10 +45,11 @@ class Runtime:
     policies: PolicyService
     metrics: Metrics
     sparql: SparqlGuard
+    stream: PatchStream
+    mirrors: MirrorService  # its thread runs in `serve` only
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
-    mirrors: Any = None  # lucid_hub.mirror.MirrorService (its thread runs in `serve` only)
     websub: Any = None  # lucid_hub.delivery.hub.WebSubHub, once start_delivery() ran
     metrics_listener: Any = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
 
@@ -60,7 +65,7 @@ class Runtime:
             from lucid_hub.delivery.hub import WebSubHub
 
             self.websub = WebSubHub(self.settings, self.db, self.canonicalizer, self.policies,
-                                    publisher=self.publisher, metrics=self.metrics)
+                                    stream=self.stream, metrics=self.metrics)
             self.metrics.watch(lambda: subscription_metrics(self.websub.subscriptions()))
         if run:
             self.websub.start()
@@ -92,19 +97,23 @@ class Runtime:
         canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)
         trusted_keys = TrustedKeys(keys.jwks())
         metrics = Metrics()
-        publisher = Publisher(db, store, patch_log, key, canonicalizer, trusted_keys,
+        archive = Archive(db)
+        # Followers read the archive; with several processes of the hub, another one may have
+        # archived a patch: they look again this often.
+        stream = PatchStream(archive, poll=0.25 if settings.web_workers > 1 else 1.0)
+        mirrored = MirroredGraphs(db)
+        publisher = Publisher(archive, store, patch_log, key, canonicalizer, trusted_keys,
                               cache_statements=settings.msg_cache_statements, metrics=metrics,
                               lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
-                              patch_format=settings.patch_format)
+                              patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce)
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
-        policies = PolicyService(db, publisher, canonicalizer, trusted_keys)
-        runtime = cls(settings, db, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db), tokens,
-                      policies, metrics, SparqlGuard(settings, store), leader=slot == 0)
+        policies = PolicyService(db, archive, publisher, canonicalizer, trusted_keys)
+        runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db),
+                      tokens, policies, metrics, SparqlGuard(settings, store), stream,
+                      MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
+                      leader=slot == 0)
         publisher.relay_enabled = runtime.leader  # one relay keeps each graph's order in the log
-        from lucid_hub.mirror import MirrorService, list_mirrors
-
-        runtime.mirrors = MirrorService(settings, db, publisher, canonicalizer)  # mirrored graphs are read-only
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         try:
@@ -120,8 +129,7 @@ class Runtime:
         if self.metrics_listener is not None:
             self.metrics_listener.shutdown()
             self.metrics_listener.server_close()
-        if self.mirrors is not None:
-            self.mirrors.stop()
+        self.mirrors.stop()
         if self.websub is not None:
             self.websub.stop()
         self.publisher.stop_relay()
@@ -147,17 +155,3 @@ def _open_store(settings: Settings) -> tuple[GraphStore, int]:
 def _startup_lock(data_dir: Path) -> Iterator[None]:
     with (data_dir / ".startup.lock").open("a") as handle, exclusive(handle):
         yield
-
-
-def open_log(settings: Settings, db: Database) -> PatchLog:
-    """The patch log the settings choose: Kafka when a bootstrap is set, else the SQL log."""
-    if settings.kafka_bootstrap:
-        try:
-            from lucid_hub.log.kafka import KafkaPatchLog
-        except ImportError:
-            raise ConfigError("LUCID_KAFKA_BOOTSTRAP is set but confluent-kafka is not installed") from None
-        return KafkaPatchLog(settings.kafka_bootstrap, settings.kafka_topic, partitions=settings.kafka_partitions,
-                             session_timeout_ms=settings.kafka_session_timeout_ms)
-    from lucid_hub.log.sql import SqlPatchLog
-
-    return SqlPatchLog(db)

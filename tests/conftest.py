@@ -228,8 +228,8 @@ def assert_consistent(runtime) -> None:  # type: ignore[no-untyped-def]
         archived = list(session.scalars(select(PatchRecord)))
     assert sorted(logged) == sorted(p.id for p in archived), "log and archive differ"
     assert len(logged) == len(set(logged)), "a patch is in the log twice"
-    for graph in publisher.graphs():
-        chain = publisher.history(graph.iri)
+    for graph in runtime.archive.graphs():
+        chain = runtime.archive.history(graph.iri)
         assert [p.seq for p in chain] == list(range(1, len(chain) + 1))
         assert [p.prev for p in chain] == [None] + [p.id for p in chain[:-1]]
         assert graph.head == (chain[-1].id if chain else None)

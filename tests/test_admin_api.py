@@ -160,7 +160,7 @@ def test_every_endpoint_against_no_token_wrong_scope_denied_graph_and_allowed(hu
     first = hub.http.put(f"{hub.url}/graphs", params={"graph": allowed_graph}, data=TRIPLE, headers=NT, timeout=30)
     hub.http.put(f"{hub.url}/graphs", params={"graph": denied_graph}, data=TRIPLE, headers=NT, timeout=30)
     patch_id = first.json()["patch"]
-    denied_patch = hub.runtime.publisher.head(denied_graph)
+    denied_patch = hub.runtime.archive.head(denied_graph)
     hub.http.post(f"{hub.url}/admin/conditions", json=condition("urn:c:rw", writeGraph=[allowed_graph]), timeout=30)
     partner = ("partner",)
     no_scope = hub.session(hub.token("scopeless", partner, ("hub:subscribe",)))

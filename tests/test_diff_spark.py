@@ -128,7 +128,7 @@ def test_publish_with_the_spark_engine_archives_the_same_patch(spark, tmp_path: 
     assert any("diffing with Spark" in line for line in lines)
     runtime = Runtime.open(settings)
     try:
-        history = runtime.publisher.history("http://ex/g")
+        history = runtime.archive.history("http://ex/g")
         assert len(history) == 2
         expected = diff_graph(parse_nt(v1), parse_nt(v2), "http://ex/g", canonicalizer)
         assert (history[1].removed, history[1].added) == (len(expected.removed), len(expected.added)) == (1, 1)
@@ -178,7 +178,7 @@ def test_a_failed_spark_publish_publishes_nothing(spark, tmp_path: Path, canonic
         publish_file(settings, tmp_path / "bad.nt", "http://ex/g", **kwargs)
     runtime = Runtime.open(settings)
     try:
-        assert len(runtime.publisher.history("http://ex/g")) == 1
+        assert len(runtime.archive.history("http://ex/g")) == 1
     finally:
         runtime.close()
 
@@ -308,10 +308,10 @@ def test_a_spark_job_beside_a_running_hub_publishes_through_its_http_api(
         monkeypatch.setenv("LUCID_ACCESS_TOKEN", hub.token("bulk job", ("lucid-hub-admins",),
                                                            ("graphs:read", "graphs:write")))
         publish_file(settings, tmp_path / "v1.nt", g, hub_url=hub.url, **kwargs)
-        first = hub.runtime.publisher.head(g)
+        first = hub.runtime.archive.head(g)
         publish_file(settings, tmp_path / "v2.nt", g, hub_url=hub.url, **kwargs)
         publish_file(settings, tmp_path / "v2.nt", g, hub_url=hub.url, **kwargs)  # unchanged: no patch
-        history = hub.runtime.publisher.history(g)
+        history = hub.runtime.archive.history(g)
         assert len(history) == 2 and history[1].prev == first
         assert (history[1].removed, history[1].added) == (1, 2)
         assert history[1].author.startswith("bulk job") and history[1].message == "bulk"  # the token's party
@@ -355,7 +355,7 @@ def test_spark_submit_publishes_to_a_running_hub(tmp_path: Path) -> None:
         assert refused.returncode == 1 and "lucid-hub: error: the hub refused the client credentials" in refused.stdout
         result = submit_job(secret)
         assert result.returncode == 0, result.stderr[-2000:]
-        (patch,) = hub.runtime.publisher.history("http://ex/g")
+        (patch,) = hub.runtime.archive.history("http://ex/g")
         assert patch.message == "snapshot 47" and patch.added == 1 and result.stdout.strip().splitlines()[-1].startswith(
             f"published {patch.id} (-0 +1 MSGs)")
         assert "diffing with Spark (local[1])" in result.stdout  # spark-submit's master, not the default

@@ -73,7 +73,7 @@ def body_endpoints(graph: str) -> list[tuple[str, str, dict[str, str]]]:
 def snapshot(hub: RunningHub) -> tuple[Any, ...]:
     """What a request could have written: graphs and heads, patches, clients, conditions."""
     rt = hub.runtime
-    heads = [(g.iri, g.head, g.length) for g in rt.publisher.graphs()]
+    heads = [(g.iri, g.head, g.length) for g in rt.archive.graphs()]
     return heads, [c.client_id for c in rt.clients.list()], sorted(c.iri for c in rt.policies.conditions())
 
 

@@ -96,7 +96,7 @@ def test_a_mirror_clones_follows_and_stays_isomorphic(hubs: tuple[RunningHub, Ru
         publish(publisher, version(i))
     added = add_mirror(publisher, partner)
     assert added["state"] == "new" and "client_secret" not in added and added["keys"]
-    wait(lambda: mirror(partner)["state"] == "active" and mirror(partner)["head"] == publisher.runtime.publisher.head(G))
+    wait(lambda: mirror(partner)["state"] == "active" and mirror(partner)["head"] == publisher.runtime.archive.head(G))
     assert canonical(partner) == canonical(publisher)
 
     events: list[str] = []
@@ -123,7 +123,7 @@ def test_a_mirror_clones_follows_and_stays_isomorphic(hubs: tuple[RunningHub, Ru
     listed = mirror(partner)
     assert listed["applied"] == 7 and listed["quarantined"] == 0 and listed["length"] == 7
     # the mirror's archive holds the publisher's patches byte for byte (ids and signatures)
-    assert partner.runtime.publisher.patch(ids[-1]).body == publisher.runtime.publisher.patch(ids[-1]).body
+    assert partner.runtime.archive.patch(ids[-1]).body == publisher.runtime.archive.patch(ids[-1]).body
     # the mirror is queried through /sparql like any graph the caller may read
     count = partner.http.get(f"{partner.url}/sparql", timeout=30, params={
         "query": f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH <{G}> {{ ?s ?p ?o }} }}"}).json()
@@ -153,10 +153,10 @@ def test_a_gap_is_filled_from_the_publishers_archive(tmp_path: Path) -> None:
         add_mirror(publisher, partner)
         wait(lambda: mirror(partner)["head"] == first)
         ids = [publish(publisher, version(i)) for i in range(1, 6)]
-        latest = publisher.runtime.publisher.patch(ids[-1]).body
+        latest = publisher.runtime.archive.patch(ids[-1]).body
         assert _deliver(partner, latest).status_code == 204  # four patches are missing before it
         assert mirror(partner)["head"] == ids[-1] and mirror(partner)["quarantined"] == 0
-        assert [r.id for r in partner.runtime.publisher.history(G)] == [first, *ids]
+        assert [r.id for r in partner.runtime.archive.history(G)] == [first, *ids]
         assert canonical(partner) == canonical(publisher)
         # delivered again (a retry, a crash): already applied, ignored
         assert _deliver(partner, latest).status_code == 204 and mirror(partner)["applied"] == 6
@@ -169,7 +169,7 @@ def test_what_cannot_be_verified_is_quarantined_never_applied(hubs: tuple[Runnin
     wait(lambda: mirror(partner)["head"] == first and mirror(partner)["state"] == "active")
     second = publish(publisher, version(1))
     wait(lambda: mirror(partner)["head"] == second)
-    good = publisher.runtime.publisher.patch(second).body
+    good = publisher.runtime.archive.patch(second).body
 
     # a wrong HMAC: answered 2xx (WebSub), ignored and counted
     assert _deliver(partner, good.replace(b"W1", b"W9"), secret="not-the-secret").status_code == 202

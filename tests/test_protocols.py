@@ -119,7 +119,7 @@ def test_the_archive_container_speaks_ldp(hub: RunningHub) -> None:
     options = hub.http.options(url, timeout=30)
     assert options.status_code == 204 and options.headers["Accept-Post"] == "application/rdf-patch"
     assert "ldp#BasicContainer" in options.headers["Link"] and "POST" in options.headers["Allow"]
-    one = hub.http.get(f"{hub.url}/patches/{hub.runtime.publisher.head(G)}", timeout=30)
+    one = hub.http.get(f"{hub.url}/patches/{hub.runtime.archive.head(G)}", timeout=30)
     assert 'ldp#Resource>; rel="type"' in one.headers["Link"] and one.headers["Cache-Control"].startswith("private")
 
 

@@ -65,7 +65,7 @@ def test_put_of_the_same_content_with_fresh_blank_nodes_makes_no_patch(hub: Runn
     v1 = put(hub, V1).json()["version"]
     again = put(hub, V1.replace("_:a", "_:zz"))
     assert again.status_code == 200 and again.json()["patch"] is None and again.json()["version"] == v1
-    assert len(hub.runtime.publisher.history(G)) == 1
+    assert len(hub.runtime.archive.history(G)) == 1
 
 
 def test_content_negotiation_offers_turtle_trig_nquads_jsonld(hub: RunningHub) -> None:
@@ -151,7 +151,7 @@ def test_uploaded_patch_with_wrong_id_or_signature_is_422(hub: RunningHub, canon
     foreign = write_rdf_patch(sign_patch(patch, signing_key))  # signed by a key this hub does not know
     bad_sig = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=foreign, headers=headers, timeout=30)
     assert bad_sig.status_code == 422 and "unknown key" in bad_sig.text
-    assert hub.runtime.publisher.head(G) == v1
+    assert hub.runtime.archive.head(G) == v1
     assert_consistent(hub.runtime)
 
 
@@ -183,7 +183,7 @@ def test_wrong_content_type_is_415_and_oversized_body_is_413(hub: RunningHub) ->
                         headers={"Content-Type": "text/plain"}).status_code == 415
     big = put(hub, V1 + "".join(f'<http://ex/s{i}> <http://ex/p> "{"x" * 100}" .\n' for i in range(3000)))
     assert big.status_code == 413 and "limit" in big.text
-    assert [g.iri for g in hub.runtime.publisher.graphs()] == ["urn:lucid-hub:policies"]  # nothing of ours
+    assert [g.iri for g in hub.runtime.archive.graphs()] == ["urn:lucid-hub:policies"]  # nothing of ours
     assert_consistent(hub.runtime)
 
 
@@ -216,7 +216,7 @@ def test_uploaded_patch_removing_what_the_graph_lacks_is_409_and_archives_nothin
     response = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=body, timeout=30,
                              headers={"Content-Type": "application/rdf-patch"})
     assert response.status_code == 409 and "does not hold" in response.text
-    assert [p.id for p in hub.runtime.publisher.history(G)] == [v1]
+    assert [p.id for p in hub.runtime.archive.history(G)] == [v1]
     assert_consistent(hub.runtime)
 
 

@@ -90,7 +90,7 @@ def test_restart_after_a_crash_completes_the_work_exactly_once(tmp_path: Path, f
         assert proc.wait(timeout=30) == 0
     runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), **env}))
     try:
-        assert [p.id for p in runtime.publisher.history(G)] == [head]
+        assert [p.id for p in runtime.archive.history(G)] == [head]
         if log_kind == "sql":
             assert_consistent(runtime)  # store at head, log holds the patch exactly once, outbox empty
         else:
@@ -106,7 +106,7 @@ def test_restart_after_a_crash_completes_the_work_exactly_once(tmp_path: Path, f
             found += [r.patch_id for r in consumer.poll(100, 1.0) if r.graph == G]
             consumer.close()
             assert found == [head]  # exactly once in the topic
-            policies = runtime.publisher.head("urn:lucid-hub:policies")  # the policy graph is logged too
+            policies = runtime.archive.head("urn:lucid-hub:policies")  # the policy graph is logged too
             assert recent_patch_ids(runtime.log, 100) == {head, policies}
     finally:
         runtime.close()
@@ -133,7 +133,7 @@ def test_concurrent_publishers_on_one_graph_keep_the_chain(tmp_path: Path, db_ur
         t.join()
     try:
         assert errors == []
-        assert len(runtime.publisher.history(G)) == 20
+        assert len(runtime.archive.history(G)) == 20
         assert_consistent(runtime)
     finally:
         runtime.close()
@@ -188,9 +188,9 @@ def test_a_graph_mirrored_by_another_process_refuses_local_changes_at_once(tmp_p
         bare = f"H prev <{first.id}> .\nTX .\nA <http://ex/o3> <http://ex/p> \"x\" .\nTC .\n".encode()
         with pytest.raises(MirroredGraphError):
             a.publisher.upload(G, bare, author="a", message="")
-        assert a.publisher.head(G) == first.id and len(a.publisher.history(G)) == 1
+        assert a.archive.head(G) == first.id and len(a.archive.history(G)) == 1
         with pytest.raises(NotFoundError):
-            a.publisher.head(other)  # the first patch's graph row was rolled back with it
+            a.archive.head(other)  # the first patch's graph row was rolled back with it
         assert_consistent(a)
     finally:
         a.close()

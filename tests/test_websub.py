@@ -157,7 +157,7 @@ def test_subscribe_verify_and_deliver_signed_patches_in_order(ws_hub: RunningHub
     callback.wait(lambda: len(callback.deliveries) == 3)
     assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == ids
     headers, body = callback.deliveries[0]
-    assert body == hub.runtime.publisher.patch(ids[0]).body  # the signed archive bytes, as they are
+    assert body == hub.runtime.archive.patch(ids[0]).body  # the signed archive bytes, as they are
     assert headers["Content-Type"] == "application/rdf-patch" and headers["X-Lucid-Graph"] == G
     assert headers["X-Lucid-Prev"] == first and f'<{hub.url}/hub>; rel="hub"' in headers["Link"]
     # rel="self" is the topic's URL exactly as discovery gives it (WebSub §7)
@@ -483,7 +483,7 @@ def test_flask_websubs_subscriber_subscribes_and_receives_our_deliveries(ws_hub:
         events.wait(lambda: [s["state"] for s in hub.runtime.websub.subscriptions()] == ["active"])
         patch = publish(hub, "2")
         events.wait(lambda: len(received) == 1)
-        assert received[0] == hub.runtime.publisher.patch(patch).body
+        assert received[0] == hub.runtime.archive.patch(patch).body
     finally:
         server.shutdown()
         thread.join(timeout=10)
@@ -589,7 +589,7 @@ def test_a_workers_policies_answer_concurrent_first_decisions_alike(ws_hub: Runn
     from lucid_hub.policy.policy_graph import ArchivePolicies
 
     grant(ws_hub)
-    policies = ArchivePolicies(ws_hub.runtime.db, ws_hub.runtime.canonicalizer)
+    policies = ArchivePolicies(ws_hub.runtime.archive, ws_hub.runtime.canonicalizer)
     start = threading.Barrier(12)
     answers: list[bool] = []
 
@@ -617,7 +617,7 @@ def test_the_chosen_media_type_is_delivered(ws_hub: RunningHub, callback: Callba
     headers, body = callback.deliveries[0]
     assert headers["Content-Type"] == media_type
     fmt = "trig" if media_type == "application/trig" else "jsonld"
-    archived = read_rdf_patch(hub.runtime.publisher.patch(patch_id).body, hub.runtime.canonicalizer)
+    archived = read_rdf_patch(hub.runtime.archive.patch(patch_id).body, hub.runtime.canonicalizer)
     received = read_patch(body, hub.runtime.canonicalizer, fmt)
     assert received.id == archived.id == patch_id and received.signature == archived.signature
     bad = subscribe(subscriber(hub, callback), hub, callback, **{"lucid.media_type": "text/plain"})

@@ -32,8 +32,9 @@ from sqlalchemy import Table, bindparam, case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from lucid_hub import outbound, resources
+from lucid_hub.archive import Archive, ChainLink
 from lucid_hub.config import Settings
-from lucid_hub.db.models import Graph, PatchRecord, Subscription
+from lucid_hub.db.models import Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
 from lucid_hub.delivery.safety import parse_cidrs
@@ -41,11 +42,11 @@ from lucid_hub.errors import ForbiddenError, InputError, NotFoundError
 from lucid_hub.metrics import Metrics
 from lucid_hub.outbound import AddressPolicy
 from lucid_hub.policy.engine import Action, Party
-from lucid_hub.publish import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
+from lucid_hub.stream import PatchStream
 
 log = logging.getLogger(__name__)
 MEDIA_TYPES = {RDF_PATCH: "rdf-patch", "application/trig": "trig", "application/ld+json": "jsonld"}
@@ -53,7 +54,6 @@ BATCH = 100  # patches one subscription gets in a row before others have their t
 CANDIDATES = 1000  # due subscriptions a round considers (those it cannot start wait for the next)
 # The delivery path uses SQLAlchemy Core on the tables (no ORM identity map per delivery).
 SUBS = cast(Table, Subscription.__table__)
-PATCHES = cast(Table, PatchRecord.__table__)
 
 
 def with_query(url: str, params: dict[str, str]) -> str:
@@ -93,14 +93,6 @@ class NotYoursError(ForbiddenError):
     """A (un)subscription of a callback another client subscribed (HTTP 403)."""
 
 
-@dataclass(frozen=True)
-class _Patch:
-    id: str
-    prev: str | None
-    seq: int
-    body: bytes
-
-
 @dataclass
 class _Task:
     """One claimed subscription's share of a delivery round: what to send, and to whom."""
@@ -113,7 +105,7 @@ class _Task:
     party: Party
     start: int  # the cursor when the round read it
     attempts: int
-    patches: list[_Patch]
+    patches: list[ChainLink]
     lane: str = "fast"
     host: str = ""
 
@@ -228,8 +220,10 @@ class Decider(Protocol):
 
 class WebSubHub:
     def __init__(self, settings: Settings, db: Database, canonicalizer: Canonicalizer, policies: Decider, *,
-                 publisher: Publisher | None = None, worker_id: str | None = None,
+                 stream: PatchStream | None = None, worker_id: str | None = None,
                  metrics: Metrics | None = None) -> None:
+        """`stream`: the patch stream of this process, whose patches wake the deliverer at
+        once (without it, as in a delivery worker, the archive is looked at every second)."""
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.db = db
@@ -267,8 +261,8 @@ class WebSubHub:
         # statement): catch-up ran at 266 patches/s, 794/s without.
         self._subscribed: set[str] = set()
         self._recorder = _Recorder(self)
-        if publisher is not None:
-            publisher.listeners.append(self._graph_changed)
+        self.stream = stream
+        self.archive = Archive(db)
 
     # --- subscription requests ------------------------------------------------------
     def accept(self, request: Request) -> None:
@@ -344,8 +338,7 @@ class WebSubHub:
     def _record_subscription(self, request: Request) -> None:
         with self.db.session() as session:
             self._check_request(session, request)  # another client may have subscribed meanwhile
-            graph = session.get(Graph, request.graph)
-            length = graph.length if graph is not None else 0
+            length = self.archive.length(request.graph)
             row = session.scalars(select(Subscription).where(
                 Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
             expires = now() + timedelta(seconds=request.lease_seconds)
@@ -364,11 +357,14 @@ class WebSubHub:
                 row.secret, row.media_type = request.secret, request.media_type
                 row.state, row.lease_expires_at, row.attempts, row.next_attempt_at = "active", expires, 0, now()
 
-    def _graph_changed(self, patch: Any) -> None:
-        """A publisher's listener: a new patch wakes the deliverer if its graph has subscribers
+    def _watch(self, stream: PatchStream) -> None:
+        """Follow the patch stream: a new patch wakes the deliverer if its graph has subscribers
         (the set is refreshed every second, so other processes' subscriptions count too)."""
-        if patch.graph in self._subscribed:
-            self._wake.set()
+        generation = stream.generation()
+        while not self._stop.is_set() and not stream.ended:
+            generation, graphs = stream.changes(generation, 1.0)
+            if graphs is None or not graphs.isdisjoint(self._subscribed):
+                self._wake.set()
 
     def _unsubscribe(self, request: Request) -> None:
         with self.db.session() as session:
@@ -383,6 +379,8 @@ class WebSubHub:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="websub-delivery", daemon=True)
             self._thread.start()
+            if self.stream is not None:
+                threading.Thread(target=self._watch, args=(self.stream,), name="websub-watch", daemon=True).start()
 
     def drain(self) -> None:
         """Start no more deliveries: each task stops after its POST in flight (which is then
@@ -422,7 +420,7 @@ class WebSubHub:
 
         A few statements a round, whatever the number of subscriptions: py-spy showed the
         per-subscription reads and commits of the first version as most of a delivery's cost."""
-        s, p = SUBS.c, PATCHES.c
+        s = SUBS.c
         if self._stop.is_set():
             return []  # draining: what is due stays due for the next process
         with self._lock:
@@ -433,7 +431,7 @@ class WebSubHub:
                 conn.execute(update(SUBS).where(s.state == "active", s.lease_expires_at <= at).values(state="expired"))
                 self._subscribed = set(conn.execute(select(s.graph).where(s.state == "active").distinct()).scalars())
                 self._expired_at = time.monotonic()
-            length = select(Graph.length).where(Graph.iri == s.graph).scalar_subquery()
+            length = Archive.length_of(s.graph)
             due = (s.state == "active", s.next_attempt_at <= at, s.lease_expires_at > at, s.delivered_seq < length,
                    or_(s.claimed_until.is_(None), s.claimed_until < at))
             candidates = select(s.id, s.endpoint_id, s.callback).where(*due).order_by(s.next_attempt_at).limit(
@@ -455,16 +453,12 @@ class WebSubHub:
             for sid in set(lanes) - {r.id for r in rows}:  # taken by another process meanwhile
                 self.capacity.release(sid)
                 del lanes[sid]
-            # The patches the claimed cursors need: one range query per graph (subscribers
-            # of a graph are usually at the same place).
-            patches: dict[tuple[str, int], _Patch] = {}
-            for graph, low, high in _spans(rows):
-                for record in conn.execute(select(p.id, p.prev, p.seq, p.body).where(
-                        p.graph == graph, p.seq > low, p.seq <= high).order_by(p.seq)):
-                    patches[graph, record.seq] = _Patch(record.id, record.prev, record.seq, record.body)
+        # The patches the claimed cursors need: one range query per graph (subscribers of a
+        # graph are usually at the same place).
+        patches = self.archive.spans(_spans(rows))
         tasks = []
         for r in rows:
-            pending: list[_Patch] = []
+            pending: list[ChainLink] = []
             for seq in range(r.delivered_seq + 1, r.delivered_seq + BATCH + 1):
                 patch = patches.get((r.graph, seq))
                 if patch is None:  # the end of the chain (or not in the archive yet: next round)
@@ -569,8 +563,8 @@ class WebSubHub:
     # --- administration -------------------------------------------------------------
     def subscriptions(self) -> list[dict[str, Any]]:
         with self.db.session() as session:
-            rows = session.execute(select(Subscription, Graph.length).join(
-                Graph, Graph.iri == Subscription.graph, isouter=True).order_by(Subscription.id)).all()
+            rows = session.execute(select(Subscription, Archive.length_of(Subscription.graph))
+                                   .order_by(Subscription.id)).all()
             return [{"id": s.id, "graph": s.graph, "callback": s.callback, "account": s.account,
                      "endpoint_id": s.endpoint_id, "state": s.state, "media_type": s.media_type,
                      "lease_expires_at": _aware(s.lease_expires_at).isoformat(),
@@ -586,10 +580,10 @@ class WebSubHub:
             if row is None:
                 raise NotFoundError(f"no subscription {sid}")
             if from_patch:
-                record = session.get(PatchRecord, from_patch)
-                if record is None or record.graph != row.graph:
-                    raise InputError(f"patch {from_patch} is not in the history of <{row.graph}>")
-                row.delivered_seq = record.seq - 1
+                try:
+                    row.delivered_seq = self.archive.position(from_patch, row.graph) - 1
+                except NotFoundError:
+                    raise InputError(f"patch {from_patch} is not in the history of <{row.graph}>") from None
             if _aware(row.lease_expires_at) <= now():
                 raise InputError("the subscription's lease has ended; the subscriber must subscribe again")
             row.state, row.attempts, row.next_attempt_at = "active", 0, now()

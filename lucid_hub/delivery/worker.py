@@ -16,13 +16,14 @@ import threading
 import time
 from typing import Any
 
+from lucid_hub.archive import Archive
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.hub import WebSubHub
+from lucid_hub.log import open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, serve_metrics
 from lucid_hub.policy.policy_graph import ArchivePolicies
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.runtime import open_log
 
 log = logging.getLogger(__name__)
 GROUP = "lucid-hub-delivery"
@@ -40,7 +41,7 @@ def run_worker(settings: Settings, name: str | None = None, stop: threading.Even
     patch_log = open_log(settings, db)
     metrics = Metrics()
     metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
-    hub = WebSubHub(settings, db, canonicalizer, ArchivePolicies(db, canonicalizer), worker_id=name,
+    hub = WebSubHub(settings, db, canonicalizer, ArchivePolicies(Archive(db), canonicalizer), worker_id=name,
                     metrics=metrics)
     consumer = patch_log.consumer(GROUP)
     alive = [time.monotonic()]

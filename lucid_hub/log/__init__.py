@@ -7,7 +7,13 @@ group commit their position only after they have durably handled what they read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from lucid_hub.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lucid_hub.config import Settings
+    from lucid_hub.db.session import Database
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,16 @@ class LogConsumer(Protocol):
 class PatchLog(Protocol):
     """Append-only log of patches."""
 
+    # Whether the archive writes this log's entries in its own transaction (the SQL log:
+    # the log is its own outbox, nothing to relay); else the archive writes outbox rows
+    # and a relay appends them here.
+    written_by_archive: bool
+
+    def holding(self, patch_ids: set[str], recent: int) -> set[str]:
+        """Which of `patch_ids` are among the log's last `recent` records per partition (after
+        a crash between the log's acknowledgement and the outbox delete)."""
+        ...
+
     def append(self, records: list[LogRecord]) -> None:
         """Append durably, in order; returns only when the log acknowledged all of them."""
         ...
@@ -50,3 +66,17 @@ class PatchLog(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def open_log(settings: Settings, db: Database) -> PatchLog:
+    """The patch log the settings choose: Kafka when a bootstrap is set, else the SQL log."""
+    if settings.kafka_bootstrap:
+        try:
+            from lucid_hub.log.kafka import KafkaPatchLog
+        except ImportError:
+            raise ConfigError("LUCID_KAFKA_BOOTSTRAP is set but confluent-kafka is not installed") from None
+        return KafkaPatchLog(settings.kafka_bootstrap, settings.kafka_topic, partitions=settings.kafka_partitions,
+                             session_timeout_ms=settings.kafka_session_timeout_ms)
+    from lucid_hub.log.sql import SqlPatchLog
+
+    return SqlPatchLog(db)

@@ -22,6 +22,7 @@ class KafkaPatchLog:
                  timeout: float = 30.0, extra: dict[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.written_by_archive = False  # the archive writes outbox rows; the publisher relays them
         self.session_timeout_ms = session_timeout_ms
         self.timeout = timeout
         self.extra = extra or {}
@@ -57,6 +58,9 @@ class KafkaPatchLog:
         if remaining or failures:
             reason = failures[0] if failures else f"{remaining} records unacknowledged after {self.timeout:g} s"
             raise LogUnavailableError(f"Kafka did not take the patches: {reason}")
+
+    def holding(self, patch_ids: set[str], recent: int) -> set[str]:
+        return recent_patch_ids(self, recent) & patch_ids if patch_ids else set()
 
     def consumer(self, group: str) -> KafkaLogConsumer:
         return KafkaLogConsumer(self, group)

@@ -1,5 +1,12 @@
-"""Mirrors: this hub subscribes to other hubs' graphs and keeps verified copies."""
+"""The subscriber side: mirrors of other hubs' graphs (verify, apply in order, catch up, quarantine)."""
 
-from lucid_hub.mirror.subscriber import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
+from lucid_hub.mirror.subscriber import (
+    MirroredGraphs,
+    MirrorService,
+    add_mirror,
+    list_mirrors,
+    remove_mirror,
+    trust_mirror,
+)
 
-__all__ = ["MirrorService", "add_mirror", "list_mirrors", "remove_mirror", "trust_mirror"]
+__all__ = ["MirrorService", "MirroredGraphs", "add_mirror", "list_mirrors", "remove_mirror", "trust_mirror"]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import pyoxigraph as ox
@@ -32,9 +32,10 @@ import requests
 from sqlalchemy import delete, or_, select, update
 
 from lucid_hub import nesting, outbound
+from lucid_hub.archive import Archive
 from lucid_hub.auth.client_side import client_credentials_token
 from lucid_hub.config import Settings
-from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord, Quarantined
+from lucid_hub.db.models import Mirror, Quarantined
 from lucid_hub.db.session import Database
 from lucid_hub.errors import (
     ConfigError,
@@ -44,9 +45,13 @@ from lucid_hub.errors import (
     NotFoundError,
     PatchVerificationError,
 )
+from lucid_hub.metrics import Metrics
 from lucid_hub.outbound import AddressPolicy
+from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.statements import statement_quads
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
+from lucid_hub.stream import PatchStream
 
 log = logging.getLogger(__name__)
 SCOPE = "hub:subscribe graphs:read"
@@ -152,7 +157,7 @@ def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_ur
     with db.session() as session:
         if session.scalars(select(Mirror).where(Mirror.graph == graph)).first() is not None:
             raise ConflictError(f"<{graph}> is mirrored already (mirror remove it first)")
-        if session.get(Graph, graph) is not None:
+        if Archive(db).exists(graph):
             raise ConflictError(f"<{graph}> is a graph of this hub: a mirror cannot replace it")
         row = Mirror(id=secrets.token_urlsafe(16), graph=graph, hub_url=hub_url, publisher_url=publisher,
                      client_id=client_id, client_secret=client_secret, jwks=jwks,
@@ -166,8 +171,7 @@ def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_ur
 def list_mirrors(db: Database) -> list[dict[str, Any]]:
     with db.session() as session:
         rows = session.scalars(select(Mirror).order_by(Mirror.created_at)).all()
-        heads = {g.iri: (g.head, g.length) for g in session.scalars(
-            select(Graph).where(Graph.iri.in_([r.graph for r in rows])))}
+        heads = {iri: (g.head, g.length) for iri, g in Archive(db).graphs_of(r.graph for r in rows).items()}
         return [describe(r, *heads.get(r.graph, (None, 0))) for r in rows]
 
 
@@ -220,34 +224,65 @@ def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from:
 
 
 # --- the running hub's side -----------------------------------------------------------------
+class MirroredGraphs:
+    """Which graphs are mirrors (read-only here), as the mirrors table said at most a second
+    ago (mirrors are added by commands and by other processes of the hub)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._graphs: set[str] = set()
+        self._at = 0.0
+        self.refresh()
+
+    def refresh(self) -> None:
+        with self.db.engine.connect() as conn:
+            self._graphs = set(conn.execute(select(Mirror.graph)).scalars())
+        self._at = time.monotonic()
+
+    def __call__(self, graph: str, fresh: bool = False) -> bool:
+        """Whether `graph` is a mirror; `fresh` looks again before a "no". Every publish asks,
+        to refuse a mirror's change before its diff: py-spy showed a lookup per call as 4% of
+        a publishing process. A "no" a second old is safe: the archive's compare-and-set
+        refuses a mirrored graph's local change itself."""
+        if time.monotonic() - self._at > 1.0 or (fresh and graph not in self._graphs):
+            self.refresh()
+        return graph in self._graphs
+
+
+class Archiver(Protocol):
+    """What the mirrors need of the publisher: archive verified patches, read and drop a
+    graph's content."""
+
+    def archive_verified(self, patch: Patch, sync: bool = True) -> Patch: ...
+
+    def content(self, graph: str, version: str | None = None) -> tuple[str | None, list[str]]: ...
+
+    def forget(self, graph: str) -> None: ...
+
+
 class MirrorService:
     """Subscriptions, verification of intent, deliveries and catch-up of this hub's mirrors."""
 
-    def __init__(self, settings: Settings, db: Database, publisher: Any, canonicalizer: Any) -> None:
+    def __init__(self, settings: Settings, db: Database, archive: Archive, publisher: Archiver,
+                 canonicalizer: Canonicalizer, mirrored: MirroredGraphs, stream: PatchStream,
+                 metrics: Metrics) -> None:
         self.settings = settings
         self.db = db
+        self.archive = archive
         self.publisher = publisher
         self.canonicalizer = canonicalizer
+        self.mirrored = mirrored
+        self.stream = stream
+        self.metrics = metrics
         self.http = _http(AddressPolicy.of(settings))
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._applied = threading.Condition()  # notified when this process applies a mirrored patch
-        self._generation = 0
-        # Event streams read the archive; with several processes of the hub, another one may
-        # have applied a patch: they look again this often.
-        self._poll = 0.25 if settings.web_workers > 1 else 1.0
-        self._mirrored_at = 0.0
         self._stop = threading.Event()
-        self._streams_ended = False
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._first_round_done = threading.Event()
         self._pins: dict[str, str] = {}  # each mirror's pinned JWKS, as the last round saw it
-        self._mirrored: set[str] = set()
         self._keys: dict[str, TrustedKeys] = {}
-        self._refresh_mirrored()
-        publisher.listeners.append(self._announce)
-        publisher.read_only = self.is_mirrored
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -263,14 +298,8 @@ class MirrorService:
             self._thread.join(timeout=30)
 
     def end_streams(self) -> None:
-        """End every event stream (the server is shutting down); safe in a signal handler:
-        it never waits for a lock (the streams look at the flag within their poll interval)."""
-        self._streams_ended = True
-        if self._applied.acquire(blocking=False):
-            try:
-                self._applied.notify_all()
-            finally:
-                self._applied.release()
+        """End every event stream (the server is shutting down); safe in a signal handler."""
+        self.stream.end()
 
     def wake(self) -> None:
         self._wake.set()
@@ -298,7 +327,7 @@ class MirrorService:
         caught_up = caught_up if caught_up is not None else set()
         with self.db.session() as session:
             rows = [(r.id, r.state, _aware(r.renew_at), r.jwks) for r in session.scalars(select(Mirror))]
-        self._refresh_mirrored()
+        self.mirrored.refresh()
         for mirror_id, state, renew_at, jwks in rows:
             if self._stop.is_set():
                 return
@@ -381,7 +410,7 @@ class MirrorService:
         # Gone, which removes the subscription at the hub.
         with self.db.session() as session:
             session.execute(delete(Mirror).where(Mirror.id == mirror_id))
-        self._refresh_mirrored()
+        self.mirrored.refresh()
 
     def verify_intent(self, mirror_id: str, mode: str, topic: str, challenge: str, lease: str | None,
                       reason: str = "") -> str | None:
@@ -472,7 +501,7 @@ class MirrorService:
         with self._lock(mirror_id):
             applied = self._apply_in_order(mirror_id, patch, body)
         if applied:
-            self.publisher.metrics.mirror_apply_seconds.observe(time.perf_counter() - received)
+            self.metrics.mirror_apply_seconds.observe(time.perf_counter() - received)
         return 204 if applied else 202
 
     def _apply_in_order(self, mirror_id: str, patch: Patch, body: bytes) -> bool:
@@ -563,7 +592,7 @@ class MirrorService:
             raise LucidError(f"the publisher's graph answered {answer.status_code}: {answer.text[:300]}")
         theirs = list(ox.parse(answer.content, format=ox.RdfFormat.N_TRIPLES))
         _version, statements = self.publisher.content(row.graph)
-        ours = list(ox.parse("".join(f"{s} .\n" for s in statements), format=ox.RdfFormat.N_TRIPLES))
+        ours = list(statement_quads(statements))
         if not diff_graph(ours, theirs, row.graph, self.canonicalizer).is_empty:
             self._note(row.id, f"the clone of <{row.graph}> differs from the publisher's content at {version}: "
                        "the publisher's archive and graph disagree", state="error")
@@ -581,13 +610,11 @@ class MirrorService:
                     applied_total=Mirror.applied_total + count, last_applied_at=now()))
 
     def _known(self, patch_id: str) -> bool:
-        with self.db.engine.connect() as conn:
-            return conn.execute(select(PatchRecord.id).where(PatchRecord.id == patch_id)).first() is not None
+        return self.archive.contains(patch_id)
 
     def _head(self, graph: str) -> str | None:
         """The mirror's head (None before its first patch)."""
-        with self.db.engine.connect() as conn:
-            return conn.execute(select(Graph.head).where(Graph.iri == graph)).scalar()
+        return self.archive.current_head(graph)
 
     def _quarantine(self, mirror_id: str, patch_id: str | None, body: bytes, reason: str) -> None:
         log.warning("mirror %s: patch %s quarantined: %s", mirror_id, patch_id or "(unidentified)", reason)
@@ -613,68 +640,27 @@ class MirrorService:
 
     def forget(self, graph: str) -> None:
         """Drop the local copy of a mirrored graph: archive, log entries and store."""
-        with self.db.session() as session:
-            ids = select(PatchRecord.id).where(PatchRecord.graph == graph)
-            session.execute(delete(Outbox).where(Outbox.patch_id.in_(ids)))
-            session.execute(delete(LogEntry).where(LogEntry.graph == graph))
-            session.execute(delete(PatchRecord).where(PatchRecord.graph == graph))
-            session.execute(delete(Graph).where(Graph.iri == graph))
+        self.archive.forget(graph)
         self.publisher.forget(graph)
 
     def _lock(self, mirror_id: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(mirror_id, threading.Lock())
 
-    def _refresh_mirrored(self) -> None:
-        with self.db.engine.connect() as conn:
-            self._mirrored = set(conn.execute(select(Mirror.graph)).scalars())
-        self._mirrored_at = time.monotonic()
-
     def is_mirrored(self, graph: str, fresh: bool = False) -> bool:
-        """Whether `graph` is a mirror (read-only here), as the mirrors table said at most a
-        second ago (mirrors are added by commands and by other processes of the hub); `fresh`
-        looks again before a "no". Every publish asks, to refuse a mirror's change before its
-        diff: py-spy showed a lookup per call as 4% of a publishing process. A "no" a second
-        old is safe: the publisher's compare-and-set refuses a mirrored graph's change itself."""
-        if time.monotonic() - self._mirrored_at > 1.0 or (fresh and graph not in self._mirrored):
-            self._refresh_mirrored()
-        return graph in self._mirrored
+        return self.mirrored(graph, fresh)
 
     # --- local fan-out: Server-Sent Events -------------------------------------------
-    def _announce(self, patch: Patch) -> None:
-        if patch.graph in self._mirrored:
-            with self._applied:
-                self._generation += 1
-                self._applied.notify_all()
-
     def events(self, graph: str, keepalive: float = 15.0) -> Iterator[str]:
-        """An SSE stream of the patches applied to a mirrored graph, from now on, read from the
-        archive: in chain order, whichever process of the hub applied them, and a slow reader
-        goes on from where it is. Woken at once by this process's applies; patches applied by
-        another process are found within the poll interval."""
-        with self.db.engine.connect() as conn:
-            last = conn.execute(select(Graph.length).where(Graph.iri == graph)).scalar() or 0
+        """An SSE stream of the patches applied to a mirrored graph, from now on (the patch
+        stream: in chain order, whichever process of the hub applied them; a slow reader
+        goes on from where it is)."""
+        after = self.stream.position(graph)
         yield ": lucid-hub mirror events\n\n"
-        quiet_since = time.monotonic()
-        while not self._stop.is_set() and not self._streams_ended:
-            with self._applied:
-                generation = self._generation
-            with self.db.engine.connect() as conn:
-                rows = conn.execute(select(PatchRecord.id, PatchRecord.prev, PatchRecord.seq, PatchRecord.removed,
-                                           PatchRecord.added).where(PatchRecord.graph == graph,
-                                                                    PatchRecord.seq > last)
-                                    .order_by(PatchRecord.seq).limit(100)).all()
-            for r in rows:
-                data = json.dumps({"graph": graph, "id": r.id, "prev": r.prev, "removed": r.removed,
-                                   "added": r.added})
-                yield f"event: patch\nid: {r.id}\ndata: {data}\n\n"
-                last = r.seq
-            if rows:
-                quiet_since = time.monotonic()
-                continue
-            if time.monotonic() - quiet_since >= keepalive:
+        for link in self.stream.follow(graph, after, stopped=self._stop.is_set, idle=keepalive):
+            if link is None:
                 yield ": keep-alive\n\n"
-                quiet_since = time.monotonic()
-            with self._applied:
-                if self._generation == generation:
-                    self._applied.wait(self._poll)
+                continue
+            data = json.dumps({"graph": graph, "id": link.id, "prev": link.prev, "removed": link.removed,
+                               "added": link.added})
+            yield f"event: patch\nid: {link.id}\ndata: {data}\n\n"

@@ -13,21 +13,23 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import pyoxigraph as ox
 from joserfc import jws
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 
-from lucid_hub.db.models import Denial, Graph, HubState
+from lucid_hub.archive import Archive, Precondition, at_version
+from lucid_hub.db.models import Denial, HubState
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConflictError, LucidError, NotFoundError, PolicyError, PreconditionFailedError
 from lucid_hub.policy.engine import Action, Party, PolicyEngine
 from lucid_hub.policy.model import Condition, conditions_from_quads, parse_turtle
-from lucid_hub.publish import Publisher, at_version
+from lucid_hub.rdf.apply import apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.rdf.statements import statement_quads
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 
 POLICY_GRAPH = "urn:lucid-hub:policies"
@@ -53,12 +55,31 @@ def read_policy_dir(directory: Path) -> tuple[list[Condition], str]:
     return list(conditions.values()), digest.hexdigest()
 
 
+class GraphWriter(Protocol):
+    """What publishes the policy graph's new versions (the hub's publisher)."""
+
+    def replace(self, graph: str, new: GraphMsgs, *, author: str, message: str,
+                if_match: Precondition | None = None) -> Patch | None: ...
+
+
+def stored_conditions(archive: Archive, canonicalizer: Canonicalizer) -> tuple[str | None, list[Condition]]:
+    """The policy graph's head and its conditions, rebuilt from its archived patches (no
+    store: delivery workers open none)."""
+    head, bodies = archive.bodies(POLICY_GRAPH)
+    msgs = GraphMsgs()
+    for body in bodies:
+        apply_to_msgs(msgs, read_rdf_patch(body, canonicalizer))
+    return head, conditions_from_quads(statement_quads(msgs.ground), "the policy graph")
+
+
 class PolicyService:
     """Current conditions, their changes (as signed patches) and recent denials."""
 
-    def __init__(self, db: Database, publisher: Publisher, canonicalizer: Canonicalizer, trusted: TrustedKeys) -> None:
+    def __init__(self, db: Database, archive: Archive, writer: GraphWriter, canonicalizer: Canonicalizer,
+                 trusted: TrustedKeys) -> None:
         self.db = db
-        self.publisher = publisher
+        self.archive = archive
+        self.writer = writer
         self.canonicalizer = canonicalizer
         self.trusted = trusted
         self.engine = PolicyEngine()
@@ -89,11 +110,7 @@ class PolicyService:
 
     def stored(self) -> tuple[str | None, list[Condition]]:
         """The policy graph's version and the conditions in it now."""
-        if self._policy_version() is None:
-            return None, []
-        version, statements = self.publisher.content(POLICY_GRAPH)
-        quads = ox.parse("".join(f"{s} .\n" for s in statements), format=ox.RdfFormat.N_TRIPLES)
-        return version, conditions_from_quads(quads, "the policy graph")
+        return stored_conditions(self.archive, self.canonicalizer)
 
     def refresh(self, every: float = REFRESH_SECONDS) -> None:
         """Reload the conditions if the policy graph moved (another process of this hub, or
@@ -111,8 +128,7 @@ class PolicyService:
 
     def _policy_version(self) -> str | None:
         """The policy graph's head in the database (None: no policy patch yet)."""
-        with self.db.engine.connect() as conn:
-            return conn.execute(select(Graph.head).where(Graph.iri == POLICY_GRAPH)).scalar()
+        return self.archive.current_head(POLICY_GRAPH)
 
     # --- changing --------------------------------------------------------------------
     def conditions(self) -> tuple[Condition, ...]:
@@ -156,7 +172,7 @@ class PolicyService:
         version they were computed from (else 409: two edits raced, the later one retries)."""
         statements = {s for c in conditions for s in c.validate().statements()}
         try:
-            patch = self.publisher.replace(POLICY_GRAPH, GraphMsgs(statements, Counter()), author=author[:512],
+            patch = self.writer.replace(POLICY_GRAPH, GraphMsgs(statements, Counter()), author=author[:512],
                                            message=message[:4096], if_match=at_version(self._head))
         except PreconditionFailedError:
             self._checked = 0.0
@@ -193,10 +209,10 @@ class PolicyService:
     # --- audit -----------------------------------------------------------------------
     def history(self) -> list[dict[str, Any]]:
         """Every change of the policy graph, each patch's signature and chain link verified."""
-        if self.publisher.head(POLICY_GRAPH) is None:
+        if self.archive.current_head(POLICY_GRAPH) is None:
             return []
         out, prev = [], None
-        for record in self.publisher.history(POLICY_GRAPH):
+        for record in self.archive.history(POLICY_GRAPH):
             entry: dict[str, Any] = {"patch": record.id, "author": record.author, "message": record.message,
                                      "created": record.created.isoformat(), "removed": record.removed,
                                      "added": record.added}
@@ -224,8 +240,8 @@ class ArchivePolicies:
     """The access conditions as a delivery worker sees them: read from the policy graph's
     archived patches (a worker does not open the store), reloaded when the graph moves."""
 
-    def __init__(self, db: Database, canonicalizer: Canonicalizer) -> None:
-        self.db = db
+    def __init__(self, archive: Archive, canonicalizer: Canonicalizer) -> None:
+        self.archive = archive
         self.canonicalizer = canonicalizer
         self.engine = PolicyEngine()
         self._head: str | None = None
@@ -240,33 +256,12 @@ class ArchivePolicies:
         with self._lock:
             if time.monotonic() - self._checked < every:
                 return
-            self._load()
+            if self.archive.current_head(POLICY_GRAPH) != self._head or not self._checked:
+                self._head, conditions = stored_conditions(self.archive, self.canonicalizer)
+                self.engine.replace(conditions)
             self._checked = time.monotonic()
-
-    def _load(self) -> None:
-        from sqlalchemy import select
-
-        from lucid_hub.db.models import Graph, PatchRecord
-        from lucid_hub.rdf.rdfpatch import read_rdf_patch
-
-        with self.db.session() as session:
-            row = session.get(Graph, POLICY_GRAPH)
-            head = row.head if row is not None else None
-            if head == self._head:
-                return
-            bodies = list(session.scalars(select(PatchRecord.body).where(PatchRecord.graph == POLICY_GRAPH)
-                                          .order_by(PatchRecord.seq)))
-        statements: set[str] = set()
-        for body in bodies:  # the policy graph is ground: each MSG is one statement
-            patch = read_rdf_patch(body, self.canonicalizer)
-            statements -= {m.nquads for m in patch.removed}
-            statements |= {m.nquads for m in patch.added}
-        quads = ox.parse("".join(statements), format=ox.RdfFormat.N_TRIPLES)
-        self.engine.replace(conditions_from_quads(quads, "the policy graph"))
-        self._head = head
 
     def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]:
         self.refresh()
         decision = self.engine.decide(party, graph, action)
         return decision.allowed, decision.reason, None
-

@@ -2,6 +2,7 @@
 it (compare-and-set on the graph's head), write the store, and emit it to the patch log
 through a transactional outbox."""
 
-from lucid_hub.publish.publisher import Precondition, Publisher, at_version
+from lucid_hub.archive import Precondition, at_version
+from lucid_hub.publish.publisher import Publisher
 
 __all__ = ["Precondition", "Publisher", "at_version"]

@@ -22,12 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, insert, select, update
-from sqlalchemy.exc import IntegrityError
-
 from lucid_hub import gcpause
-from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord
-from lucid_hub.db.session import Database
+from lucid_hub.archive import Archive, Archiving, MirroredGraphError, Precondition, read_only
 from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import diff_msgs
 from lucid_hub.errors import (
@@ -35,12 +31,11 @@ from lucid_hub.errors import (
     NotFoundError,
     PatchSignatureError,
     PreconditionFailedError,
-    StoreError,
 )
 from lucid_hub.locks import exclusive
 from lucid_hub.log import LogRecord, PatchLog
-from lucid_hub.log.sql import SqlPatchLog
 from lucid_hub.metrics import Metrics
+from lucid_hub.rdf.apply import GraphReplica, apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rdf.patch import CURRENT_FORMAT, Patch
@@ -50,16 +45,6 @@ from lucid_hub.store import GraphStore
 from lucid_hub.store.graphs import Plan
 
 log = logging.getLogger(__name__)
-
-# A condition on a graph's version (its head; None before its first patch) for a change to
-# go ahead: HTTP If-Match, or the version an editor read.
-Precondition = Callable[[str | None], bool]
-
-
-def at_version(version: str | None) -> Precondition:
-    """The precondition that the graph is exactly at `version`."""
-    return lambda head: head == version
-
 
 # Test-only crash points (LUCID_FAULT=name): the process exits at once, as a kill would.
 FAULT_ENV = "LUCID_FAULT"
@@ -78,41 +63,12 @@ class StaleChange(ConflictError):
     """A change computed from versions some graph has moved on from: compute it again."""
 
 
-class MirroredGraphError(ConflictError):
-    """A local change of a mirrored graph (HTTP 409): it changes only through its publisher."""
-
-
-def _read_only(graph: str) -> MirroredGraphError:
-    return MirroredGraphError(f"<{graph}> is a mirror of another hub's graph: it changes only through its publisher")
-
-
 def _crash_point(name: str, graph: str) -> None:
     # The hub's own graphs (the policy graph, published at start) never crash: the points are
     # for the publishes a test makes.
     if os.environ.get(FAULT_ENV) == name and not graph.startswith("urn:lucid-hub:"):
         log.warning("fault injection: exiting at %s", name)
         os._exit(137)
-
-
-# Prepared once: building SQLAlchemy statements costs more than running them on SQLite.
-_ADVANCE = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head == bindparam("prev"))
-            .values(head=bindparam("new"), length=Graph.length + 1, updated_at=bindparam("now"))
-            .returning(Graph.length))
-_ADVANCE_FIRST = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head.is_(None))
-                  .values(head=bindparam("new"), length=Graph.length + 1, updated_at=bindparam("now"))
-                  .returning(Graph.length))
-# A local change advances the head only if the graph is not mirrored, decided in the same
-# statement: another process of the hub may have added the mirror a moment ago.
-_NOT_MIRRORED = ~exists().where(Mirror.graph == bindparam("g"))
-_ADVANCE_LOCAL = _ADVANCE.where(_NOT_MIRRORED)
-_ADVANCE_FIRST_LOCAL = _ADVANCE_FIRST.where(_NOT_MIRRORED)
-_MIRRORED = select(Mirror.id).where(Mirror.graph == bindparam("g"))
-_INSERT_PATCH = insert(PatchRecord)
-_INSERT_LOG = insert(LogEntry)
-_INSERT_OUTBOX = insert(Outbox)
-_PENDING = (select(Outbox.seq, PatchRecord.graph, PatchRecord.id, PatchRecord.body)
-            .join(PatchRecord, PatchRecord.id == Outbox.patch_id).order_by(Outbox.seq).limit(RELAY_BATCH))
-_RELAYED = delete(Outbox).where(Outbox.seq <= bindparam("last"))
 
 
 class MsgCache:
@@ -145,20 +101,8 @@ class MsgCache:
             entry = self._entries.pop(patch.graph, None)
         if entry is None or entry[0] != patch.prev:
             return
-        msgs = entry[1]
-        for msg in patch.removed:
-            if "_:" in msg.nquads:
-                msgs.blank[msg.nquads] -= 1
-                if msgs.blank[msg.nquads] <= 0:
-                    del msgs.blank[msg.nquads]
-            else:
-                msgs.ground.discard(msg.nquads[:-3])
-        for msg in patch.added:
-            if "_:" in msg.nquads:
-                msgs.blank[msg.nquads] += 1
-            else:
-                msgs.ground.add(msg.nquads[:-3])
-        self.put(patch.graph, patch.id, msgs)
+        apply_to_msgs(entry[1], patch)
+        self.put(patch.graph, patch.id, entry[1])
 
     def drop(self, graph: str) -> None:
         with self._lock:
@@ -197,11 +141,16 @@ class GraphView:
 class Publisher:
     """Versions the owned graphs of one hub."""
 
-    def __init__(self, db: Database, store: GraphStore, patch_log: PatchLog, key: SigningKey,
+    def __init__(self, archive: Archive, store: GraphStore, patch_log: PatchLog, key: SigningKey,
                  canonicalizer: Canonicalizer, trusted: TrustedKeys | None = None,
                  cache_statements: int = 2_000_000, metrics: Metrics | None = None,
-                 lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT) -> None:
-        self.db = db
+                 lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT,
+                 read_only: Callable[[str], bool] = lambda _graph: False,
+                 announce: Callable[[Patch], None] = lambda _patch: None) -> None:
+        """`read_only` says which graphs change only through another hub (mirrors: local
+        changes are refused); `announce` hears of each archived patch (the patch stream's
+        announce: it must not raise or block)."""
+        self.archive = archive
         self.metrics = metrics or Metrics()
         self.patch_format = patch_format  # of the patches this hub makes (its partners read it)
         self.store = store
@@ -216,10 +165,8 @@ class Publisher:
         self._relay_wanted = threading.Event()
         self._relay_thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        # Called with each archived patch (e.g. to wake WebSub delivery); must not raise or block.
-        self.listeners: list[Callable[[Patch], None]] = []
-        # Graphs that change only through another hub (mirrors): local changes are refused.
-        self.read_only: Callable[[str], bool] = lambda _graph: False
+        self.announce = announce
+        self.read_only = read_only
         # With several processes of the hub on this data directory: where their write locks are.
         self.lock_dir = lock_dir
         self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
@@ -238,56 +185,19 @@ class Publisher:
         """Refuse a change of a mirrored graph early (before its diff). `read_only` may be a
         second behind; `_append` decides for certain, in the compare-and-set."""
         if self.read_only(graph):
-            raise _read_only(graph)
+            raise read_only(graph)
 
     # --- reading -------------------------------------------------------------------------
 
-    def head(self, graph: str) -> str | None:
-        """The graph's version (None: no patch yet). NotFoundError for an unknown graph."""
-        with self.db.session() as session:
-            row = session.get(Graph, graph)
-            if row is None:
-                raise NotFoundError(f"unknown graph <{graph}>")
-            return row.head
-
-    def graphs(self) -> list[Graph]:
-        with self.db.session() as session:
-            return list(session.scalars(select(Graph).order_by(Graph.iri)))
-
-    def history(self, graph: str, since: str | None = None, limit: int | None = None) -> list[PatchRecord]:
-        """The graph's patches in chain order, after `since` when given."""
-        with self.db.session() as session:
-            if session.get(Graph, graph) is None:
-                raise NotFoundError(f"unknown graph <{graph}>")
-            query = select(PatchRecord).where(PatchRecord.graph == graph)
-            if since is not None:
-                start = session.get(PatchRecord, since)
-                if start is None or start.graph != graph:
-                    raise NotFoundError(f"patch {since} is not in the history of <{graph}>")
-                query = query.where(PatchRecord.seq > start.seq)
-            query = query.order_by(PatchRecord.seq)
-            if limit is not None:
-                query = query.limit(limit)
-            return list(session.scalars(query))
-
-    def patch(self, patch_id: str) -> PatchRecord:
-        with self.db.session() as session:
-            row = session.get(PatchRecord, patch_id)
-            if row is None:
-                raise NotFoundError(f"unknown patch {patch_id}")
-            return row
-
     def content(self, graph: str, version: str | None = None) -> tuple[str | None, list[str]]:
         """(version, statements) of the graph now, or at an older version rebuilt from patches."""
-        head = self.head(graph)
+        head = self.archive.head(graph)
         with self._lock(graph):
             self._sync(graph)
             if version is None or version == head:
                 return head, self.store.statements(graph)
-        from lucid_hub.rdf.apply import GraphReplica
-
         replica = GraphReplica([], self.canonicalizer)
-        for record in self.history(graph):
+        for record in self.archive.history(graph):
             replica.apply(read_rdf_patch(record.body, self.canonicalizer))
             if record.id == version:
                 return version, list(replica.statements())
@@ -402,14 +312,14 @@ class Publisher:
         """Write the graph's current content as N-Triples (empty if the graph is new); its version."""
         with self._lock(graph):
             try:
-                self.head(graph)
+                self.archive.head(graph)
             except NotFoundError:
                 path.write_bytes(b"")
                 return None
             self._sync(graph)
             version = self.store.version(graph)
             with path.open("w", encoding="utf-8") as out:
-                out.writelines(f"{s} .\n" for s in self.store.statements(graph))
+                out.writelines(f"{s} .\n" for s in self.store.statements(graph))  # streamed, not one string
             return version
 
     def replace(self, graph: str, new: GraphMsgs, **kwargs: Any) -> Patch | None:
@@ -429,7 +339,7 @@ class Publisher:
 
     def drop(self, graph: str, **kwargs: Any) -> Patch | None:
         """DELETE: every triple of the graph is removed (its history stays)."""
-        self.head(graph)
+        self.archive.head(graph)
         return self.publish(graph, lambda view: GraphChange(graph, tuple(view.msgs().msgs()), ()), **kwargs)
 
     def upload(self, graph: str, raw: bytes, *, author: str, message: str) -> Patch | None:
@@ -493,58 +403,19 @@ class Publisher:
         if origin == "mirrored":
             lag = (datetime.now(UTC) - patch.created).total_seconds()
             self.metrics.mirror_lag_seconds.observe(max(lag, 0.0))  # a publisher's clock may be ahead
-        for listener in self.listeners:
-            try:
-                listener(patch)
-            except Exception:  # a listener's failure is its own; the patch is archived
-                log.exception("patch listener failed")
+        try:
+            self.announce(patch)
+        except Exception:  # the stream's failure is its own; the patch is archived
+            log.exception("announcing a patch failed")
 
     def _append(self, patch: Patch, *, local: bool) -> None:
-        """Archive the patch and advance the head by compare-and-set, in one transaction.
-        A `local` change (not a mirror's) also requires that the graph is not mirrored.
-
-        With the embedded SQL log the log entry is written in the same transaction (the log
-        is its own outbox); with an external log an outbox row is, and the relay follows.
-        Prepared Core statements, not the ORM: this is the hot path of every publish.
-        """
+        """Archive the patch and advance the head by compare-and-set (Archive.append)."""
         self._append_all([patch], local=local)
 
     def _append_all(self, patches: list[Patch], *, local: bool) -> None:
         """`_append` for patches of several graphs, all in one transaction (all or none)."""
-        now = datetime.now(UTC)
-        try:
-            with self.db.write() as conn:
-                for patch in patches:
-                    self._append_in(conn, patch, write_rdf_patch(patch), now, local)
-        except IntegrityError:
-            graphs = ", ".join(f"<{p.graph}>" for p in patches)
-            raise ConflictError(f"{graphs} changed concurrently; retry with a fresh diff") from None
-
-    def _append_in(self, conn: Any, patch: Patch, body: bytes, now: datetime, local: bool) -> None:
-        """One patch's rows, in the caller's transaction."""
-        if patch.prev is None:
-            conn.execute(self.db.insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
-                                                     updated_at=now).on_conflict_do_nothing())
-            advance = _ADVANCE_FIRST_LOCAL if local else _ADVANCE_FIRST
-            seq = conn.execute(advance, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
-        else:
-            advance = _ADVANCE_LOCAL if local else _ADVANCE
-            seq = conn.execute(advance, {"g": patch.graph, "prev": patch.prev, "new": patch.id,
-                                         "now": now}).scalar()
-        if seq is None:
-            if local and conn.execute(_MIRRORED, {"g": patch.graph}).first() is not None:
-                raise _read_only(patch.graph)  # rolls back the graph row a first patch made
-            current = conn.execute(select(Graph.head).where(Graph.iri == patch.graph)).scalar()
-            raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff", current)
-        conn.execute(_INSERT_PATCH, {
-            "id": patch.id, "graph": patch.graph, "seq": seq, "prev": patch.prev,
-            "prev_key": patch.prev or "", "author": patch.author, "message": patch.message,
-            "created": patch.created, "removed": len(patch.removed), "added": len(patch.added),
-            "body": body})
-        if isinstance(self.log, SqlPatchLog):
-            conn.execute(_INSERT_LOG, {"graph": patch.graph, "patch_id": patch.id, "body": body})
-        else:
-            conn.execute(_INSERT_OUTBOX, {"patch_id": patch.id, "graph": patch.graph})
+        self.archive.append([_archiving(patch) for patch in patches], local=local,
+                            log_entries=self.log.written_by_archive)
 
     # --- catching up ---------------------------------------------------------------------
 
@@ -552,18 +423,9 @@ class Publisher:
         """Apply archived patches the store does not have yet (after a crash, or patches
         another hub process published on the same database); True if it applied any."""
         at = self.store.version(graph)
-        with self.db.engine.connect() as conn:
-            head = conn.execute(select(Graph.head).where(Graph.iri == graph)).scalar()
-        if head == at:
+        if self.archive.current_head(graph) == at:
             return False
-        with self.db.session() as session:
-            query = select(PatchRecord).where(PatchRecord.graph == graph)
-            if at is not None:
-                mark = session.get(PatchRecord, at)
-                if mark is None:
-                    raise StoreError(f"store holds <{graph}> at {at}, which the archive does not know")
-                query = query.where(PatchRecord.seq > mark.seq)
-            pending = list(session.scalars(query.order_by(PatchRecord.seq)))
+        pending = self.archive.after(graph, at)
         self.cache.drop(graph)
         for record in pending:
             log.info("store catching up: applying %s to <%s>", record.id, graph)
@@ -580,7 +442,7 @@ class Publisher:
     def start_relay(self, interval: float = 2.0) -> None:
         """Relay in a background thread: woken by each publish, and every `interval` seconds
         to retry when the log was unavailable. Publishing then never waits for the log."""
-        if self._relay_thread is not None or isinstance(self.log, SqlPatchLog) or not self.relay_enabled:
+        if self._relay_thread is not None or self.log.written_by_archive or not self.relay_enabled:
             return
 
         def loop() -> None:
@@ -610,26 +472,24 @@ class Publisher:
 
     def relay(self) -> int:
         """Move outbox rows into the patch log, in order; returns how many moved."""
-        if isinstance(self.log, SqlPatchLog):
-            return 0  # the SQL log is written in the archive's own transaction
+        if self.log.written_by_archive:
+            return 0  # nothing to relay: the archive wrote the log's entries
         moved = 0
         with self._relay_lock:
             while True:
-                with self.db.engine.connect() as conn:
-                    rows = conn.execute(_PENDING).all()
+                rows = self.archive.outbox(RELAY_BATCH)
                 if not rows:
                     return moved
                 self.log.append([LogRecord(graph, pid, body) for _, graph, pid, body in rows])
                 _crash_point("after-log-append", rows[-1][1])
-                with self.db.write() as conn:
-                    conn.execute(_RELAYED, {"last": rows[-1][0]})
+                self.archive.relayed(rows[-1][0])
                 moved += len(rows)
 
     def repair(self) -> None:
         """Bring store and log up to the archive (run at start)."""
-        for graph in self.graphs():
-            with self._lock(graph.iri):
-                self._sync(graph.iri)
+        for graph, _head in self.archive.heads():
+            with self._lock(graph):
+                self._sync(graph)
         if self.relay_enabled:
             self._drop_relayed_outbox()
             self.relay()
@@ -638,8 +498,7 @@ class Publisher:
         """Bring the store up to the archive for every graph another process changed (before
         a query reads the store directly): one statement, and the graphs that moved. Returns
         every graph's IRI, in order."""
-        with self.db.engine.connect() as conn:
-            heads = conn.execute(select(Graph.iri, Graph.head).order_by(Graph.iri)).all()
+        heads = self.archive.heads()
         for iri, head in heads:
             if self.store.version(iri) != head:
                 with self._lock(iri):
@@ -649,19 +508,10 @@ class Publisher:
     def _drop_relayed_outbox(self) -> None:
         """After a crash between the log's acknowledgement and the outbox delete, the log
         already holds some outbox patches: drop those rows rather than append twice."""
-        from lucid_hub.log.kafka import KafkaPatchLog, recent_patch_ids
-
-        if not isinstance(self.log, KafkaPatchLog):
-            return
-        with self.db.session() as session:
-            pending = list(session.scalars(select(Outbox.patch_id)))
-        if not pending:
-            return
-        present = recent_patch_ids(self.log, RELAY_BATCH) & set(pending)
+        present = self.log.holding(set(self.archive.outbox_ids()), RELAY_BATCH)
         if present:
             log.info("repair: %d outbox patches were already in the log", len(present))
-            with self.db.session() as session:
-                session.query(Outbox).filter(Outbox.patch_id.in_(present)).delete()
+            self.archive.drop_outbox(present)
 
     @contextlib.contextmanager
     def _writing(self, graph: str) -> Iterator[None]:
@@ -689,3 +539,9 @@ class Publisher:
             if lock is None:
                 lock = self._locks[graph] = threading.Lock()
             return lock
+
+
+def _archiving(patch: Patch) -> Archiving:
+    """The archive's record of a patch: its headers and its RDF Patch bytes."""
+    return Archiving(patch.id, patch.graph, patch.prev, patch.author, patch.message, patch.created,
+                     len(patch.removed), len(patch.added), write_rdf_patch(patch))

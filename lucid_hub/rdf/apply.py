@@ -13,6 +13,7 @@ from lucid_hub.errors import ChainError, PatchApplyError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import (
     LABEL_HASH_DIGITS,
+    GraphMsgs,
     GraphMsgsBuilder,
     Msg,
     blank_components,
@@ -21,7 +22,7 @@ from lucid_hub.rdf.msg import (
     triple_statement,
 )
 from lucid_hub.rdf.patch import Patch, occurrences
-from lucid_hub.rdf.statements import relabel
+from lucid_hub.rdf.statements import relabel, statement_quads
 
 
 class GraphReplica:
@@ -126,12 +127,29 @@ class GraphReplica:
 
     def triples(self) -> Iterator[ox.Triple]:
         """The graph's triples."""
-        text = "".join(f"{s} .\n" for s in self.statements())
-        for q in ox.parse(text, format=ox.RdfFormat.N_TRIPLES):
+        for q in statement_quads(self.statements()):
             yield q.triple
 
     def __len__(self) -> int:
         return sum(len(i) for held in self._msgs.values() for i in held.values())
+
+
+def apply_to_msgs(msgs: GraphMsgs, patch: Patch) -> None:
+    """Apply a patch to a graph's MSG multiset, in place: its removed MSGs go (one copy
+    each), its added ones come. The one way MSG state follows a chain (publisher's cache,
+    policy graph); the caller holds `msgs` at `patch.prev`."""
+    for msg in patch.removed:
+        if "_:" in msg.nquads:
+            msgs.blank[msg.nquads] -= 1
+            if msgs.blank[msg.nquads] <= 0:
+                del msgs.blank[msg.nquads]
+        else:
+            msgs.ground.discard(msg.nquads[:-3])
+    for msg in patch.added:
+        if "_:" in msg.nquads:
+            msgs.blank[msg.nquads] += 1
+        else:
+            msgs.ground.add(msg.nquads[:-3])
 
 
 def _instance(msg: Msg, occurrence: int) -> list[str]:

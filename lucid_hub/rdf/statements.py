@@ -7,7 +7,9 @@ A statement is the canonical N-Quads form of one quad without the terminating ` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+
+import pyoxigraph as ox
 
 
 def terms(statement: str) -> list[str]:
@@ -41,3 +43,17 @@ def relabel(statement: str, rename: Callable[[str], str]) -> str:
 def document(statements: list[str]) -> str:
     """Statements as a sorted canonical N-Quads document (code point order, per RDFC-1.0)."""
     return "".join(sorted(f"{s} .\n" for s in statements))
+
+
+def ntriples(statements: Iterable[str]) -> str:
+    """Statements as an N-Triples (or N-Quads) document, in the order given."""
+    return "".join(f"{s} .\n" for s in statements)
+
+
+def statement_quads(statements: Iterable[str], graph: str | None = None) -> Iterator[ox.Quad]:
+    """The quads of triple statements, in the default graph or in `graph` when named."""
+    quads = ox.parse(ntriples(statements), format=ox.RdfFormat.N_TRIPLES)
+    if graph is None:
+        return iter(quads)
+    name = ox.NamedNode(graph)
+    return (ox.Quad(q.subject, q.predicate, q.object, name) for q in quads)

@@ -66,7 +66,7 @@ def container() -> Response:
     since = request.args.get("since")
     if since is not None:
         check_patch_id(since, "since")
-    records = runtime().publisher.history(graph, since=since, limit=settings.page_size + 1)
+    records = runtime().archive.history(graph, since=since, limit=settings.page_size + 1)
     page, more = records[: settings.page_size], len(records) > settings.page_size
     media_type = negotiate(CONTAINER_TYPES, "text/turtle")
     # A page is fixed by its graph, its start, what it lists and its syntax.
@@ -104,7 +104,7 @@ def _page_url(graph: str, since: str) -> str:
 def patch_resource(patch_id: str) -> Response:
     check_patch_id(patch_id)
     require_scope("graphs:read")  # before the lookup: no probing which patches exist
-    record = runtime().publisher.patch(patch_id)
+    record = runtime().archive.patch(patch_id)
     require_graph(record.graph, "read")
     media_type = negotiate(PATCH_TYPES, RDF_PATCH)
     # One strong ETag per representation; a patch never changes, but it is read with a token:
@@ -138,7 +138,7 @@ def upload() -> Response:
         raise UnsupportedMediaTypeError(f"upload patches as {RDF_PATCH}, not {request.mimetype or '(none)'}")
     patch = runtime().publisher.upload(graph, request.get_data(cache=False), author=author(), message=message())
     if patch is None:
-        response = jsonify({"graph": graph, "patch": None, "version": runtime().publisher.head(graph)})
+        response = jsonify({"graph": graph, "patch": None, "version": runtime().archive.head(graph)})
         return response
     response = jsonify({"graph": graph, "patch": patch.id, "version": patch.id,
                         "removed": len(patch.removed), "added": len(patch.added)})

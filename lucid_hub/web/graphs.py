@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import uuid
 
-import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.publish import Precondition
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.statements import ntriples, statement_quads
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.store.graphs import check_no_skolem
 from lucid_hub.web.authz import author, authorized_graph, require_graph
@@ -60,13 +60,9 @@ def get_graph() -> Response:
 
 def render(graph: str, statements: list[str], media_type: str) -> bytes:
     """Statements of one graph in the negotiated syntax (triples, or quads in the graph)."""
-    text = "".join(f"{s} .\n" for s in statements)
     if media_type == "application/n-triples":
-        return text.encode()
-    name = ox.NamedNode(graph)
-    quads = (ox.Quad(q.subject, q.predicate, q.object, name)
-             for q in ox.parse(text, format=ox.RdfFormat.N_TRIPLES))
-    return serialize(quads, RDF_MEDIA_TYPES[media_type])
+        return ntriples(statements).encode()
+    return serialize(statement_quads(statements, graph), RDF_MEDIA_TYPES[media_type])
 
 
 def _body_msgs(graph: str) -> GraphMsgs:
@@ -98,7 +94,7 @@ def _precondition() -> Precondition | None:
 
 def _result(graph: str, patch: Patch | None, *, minted: bool = False) -> Response:
     created = patch is not None and patch.prev is None
-    version = patch.id if patch else runtime().publisher.head(graph)
+    version = patch.id if patch else runtime().archive.head(graph)
     payload = {"graph": graph, "version": version, "patch": patch.id if patch else None,
                "removed": len(patch.removed) if patch else 0, "added": len(patch.added) if patch else 0}
     response = jsonify(payload)

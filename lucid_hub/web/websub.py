@@ -96,7 +96,7 @@ def _known(graph: str) -> bool:
     if graph.startswith(RESERVED):
         return False
     try:
-        return runtime().publisher.head(graph) is not None
+        return runtime().archive.head(graph) is not None
     except NotFoundError:
         return False
 
