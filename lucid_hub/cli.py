@@ -307,7 +307,7 @@ def publish(state: _Context, file: Path, graph: str, message: str, author: str, 
 def worker(state: _Context, name: str | None) -> None:
     """Deliver WebSub notifications (beside `serve`; set LUCID_DELIVER_IN_PROCESS=false there to
     leave all delivery to workers). Several workers share the subscriptions."""
-    from lucid_hub.delivery.worker import run_worker
+    from lucid_hub.commands.worker import run_worker
     from lucid_hub.logging_setup import configure_logging
 
     configure_logging(state.settings.log_format, state.settings.log_level.upper())

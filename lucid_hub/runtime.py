@@ -14,7 +14,9 @@ from lucid_hub.auth import ClientRegistry, TokenService
 from lucid_hub.auth.tokens import TrustedIssuer
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
+from lucid_hub.delivery.deliverer import Deliverer
 from lucid_hub.errors import StoreError
+from lucid_hub.hub import CallbackNotices, WebSubHub
 from lucid_hub.locks import exclusive
 from lucid_hub.log import PatchLog, open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
@@ -47,10 +49,11 @@ class Runtime:
     sparql: SparqlGuard
     stream: PatchStream
     mirrors: MirrorService  # its thread runs in `serve` only
+    hub: WebSubHub
+    delivery: Deliverer  # delivering once start_delivery(run=True) ran (else a `worker` delivers)
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
-    websub: Any = None  # lucid_hub.delivery.hub.WebSubHub, once start_delivery() ran
     metrics_listener: Any = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
 
     def start_metrics_listener(self) -> None:
@@ -59,17 +62,11 @@ class Runtime:
             self.metrics_listener = serve_metrics(self.settings.host, self.settings.metrics_port, self.metrics,
                                                   lambda: True)
 
-    def start_delivery(self, run: bool = True) -> Any:
-        """The WebSub hub of this process; `run` starts delivering in the background."""
-        if self.websub is None:
-            from lucid_hub.delivery.hub import WebSubHub
-
-            self.websub = WebSubHub(self.settings, self.db, self.canonicalizer, self.policies,
-                                    stream=self.stream, metrics=self.metrics)
-            self.metrics.watch(lambda: subscription_metrics(self.websub.subscriptions()))
+    def start_delivery(self, run: bool = True) -> None:
+        """Report subscriptions in the metrics; `run` starts delivering in the background."""
+        self.metrics.watch(lambda: subscription_metrics(self.hub.subscriptions()))
         if run:
-            self.websub.start()
-        return self.websub
+            self.delivery.start()
 
     @classmethod
     def open(cls, settings: Settings, *, repair: bool = True) -> Runtime:
@@ -109,10 +106,14 @@ class Runtime:
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, archive, publisher, canonicalizer, trusted_keys)
+        notices = CallbackNotices(settings)
+        delivery = Deliverer(settings, db, archive, canonicalizer, policies, deny=notices.deny, stream=stream,
+                             metrics=metrics)
+        hub = WebSubHub(settings, db, archive, notices, on_subscribed=delivery.subscribed)
         runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db),
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
-                      leader=slot == 0)
+                      hub, delivery, leader=slot == 0)
         publisher.relay_enabled = runtime.leader  # one relay keeps each graph's order in the log
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
@@ -130,8 +131,8 @@ class Runtime:
             self.metrics_listener.shutdown()
             self.metrics_listener.server_close()
         self.mirrors.stop()
-        if self.websub is not None:
-            self.websub.stop()
+        self.delivery.stop()
+        self.hub.notices.stop()
         self.publisher.stop_relay()
         self.sparql.close()
         self.log.close()

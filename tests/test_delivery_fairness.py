@@ -96,7 +96,7 @@ def subscribe_all(hub: RunningHub, party: Party, name: str, callbacks: int) -> A
 
 
 def active(hub: RunningHub) -> int:
-    return sum(s["state"] == "active" for s in hub.runtime.websub.subscriptions())
+    return sum(s["state"] == "active" for s in hub.runtime.hub.subscriptions())
 
 
 def test_a_client_whose_callbacks_hang_delays_no_other_client(tmp_path: Path, parties: tuple[Party, Party]) -> None:
@@ -132,7 +132,7 @@ def test_a_slow_host_gets_a_lane_of_its_own(tmp_path: Path, parties: tuple[Party
         assert slow.wait(lambda: active(hub) == 7)
         first = publish(hub, "1")
         assert fast.wait(lambda: fast.received == [("/cb/0", first)])
-        speed = hub.runtime.websub.speed
+        speed = hub.runtime.delivery.speed
         assert speed.is_slow(callback_host(slow.url(0))) and not speed.is_slow(callback_host(fast.url(0)))
         second = publish(hub, "2")
         # the slow party's 12 deliveries take 1.8 s in its own lane (one at a time per client);

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, select
 
 from lucid_hub.auth.client_side import client_credentials_token
+from lucid_hub.commands.worker import GROUP
 from lucid_hub.db.models import LogEntry, LogOffset, Mirror, Subscription
-from lucid_hub.delivery.worker import GROUP
 from lucid_hub.logging_setup import redact
 from lucid_hub.tools.hubproc import HubProcess, wait_until
 from lucid_hub.tools.loopback import free_port, kafka_broker

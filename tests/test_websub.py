@@ -136,7 +136,7 @@ def subscribed(hub: RunningHub, callback: Callback, **extra: str) -> None:
 
 
 def active(hub: RunningHub) -> list[dict[str, Any]]:
-    return [s for s in hub.runtime.websub.subscriptions() if s["state"] == "active"]
+    return [s for s in hub.runtime.hub.subscriptions() if s["state"] == "active"]
 
 
 def test_subscribe_verify_and_deliver_signed_patches_in_order(ws_hub: RunningHub, callback: Callback) -> None:
@@ -179,18 +179,18 @@ def test_resubscribe_renews_one_subscription_and_unsubscribe_stops(ws_hub: Runni
     assert subscribe(session, hub, callback, **{"hub.lease_seconds": "999999999"}).status_code == 202
     callback.wait(lambda: len(callback.verifications) == 2)
     assert callback.verifications[1]["hub.lease_seconds"] == str(30 * 24 * 3600)  # the maximum
-    callback.wait(lambda: hub.runtime.websub.subscriptions()[0]["lease_expires_at"] > "")
+    callback.wait(lambda: hub.runtime.hub.subscriptions()[0]["lease_expires_at"] > "")
     patch = publish(hub, "2")
     callback.wait(lambda: len(callback.deliveries) == 1)
-    assert len(hub.runtime.websub.subscriptions()) == 1
+    assert len(hub.runtime.hub.subscriptions()) == 1
     assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == [patch]  # exactly one notification
 
     unsubscribe = session.post(f"{hub.url}/hub", timeout=30, data={
         "hub.mode": "unsubscribe", "hub.topic": f"{hub.url}/graphs?graph={G}", "hub.callback": callback.url})
     assert unsubscribe.status_code == 202
-    callback.wait(lambda: hub.runtime.websub.subscriptions() == [])
+    callback.wait(lambda: hub.runtime.hub.subscriptions() == [])
     publish(hub, "3")
-    assert hub.runtime.websub.deliver_due() == []  # nothing due for anyone
+    assert hub.runtime.delivery.deliver_due() == []  # nothing due for anyone
     assert len(callback.deliveries) == 1
 
 
@@ -219,10 +219,10 @@ def test_a_subscription_belongs_to_its_client(ws_hub: RunningHub, callback: Call
     headers, body = callback.deliveries[0]
     assert headers["X-Lucid-Patch-Id"] == patch
     assert headers["X-Hub-Signature"] == "sha256=" + hmac.new(b"owners-secret", body, hashlib.sha256).hexdigest()
-    sid = hub.runtime.websub.subscriptions()[0]["id"]
+    sid = hub.runtime.hub.subscriptions()[0]["id"]
     assert stranger.delete(f"{hub.url}/admin/subscriptions/{sid}", timeout=30).status_code == 403
     assert hub.http.delete(f"{hub.url}/admin/subscriptions/{sid}", timeout=30).status_code == 204
-    assert hub.runtime.websub.subscriptions() == []
+    assert hub.runtime.hub.subscriptions() == []
     callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
     assert hub.http.delete(f"{hub.url}/admin/subscriptions/{sid}", timeout=30).status_code == 404
 
@@ -233,8 +233,8 @@ def test_a_callback_that_does_not_confirm_gets_no_subscription(ws_hub: RunningHu
     callback.echo = False
     assert subscribe(subscriber(ws_hub, callback), ws_hub, callback).status_code == 202
     callback.wait(lambda: len(callback.verifications) == 1)
-    ws_hub.runtime.websub.stop()  # let the verification finish its work
-    assert ws_hub.runtime.websub.subscriptions() == []
+    ws_hub.runtime.hub.notices.stop()  # let the verification finish its work
+    assert ws_hub.runtime.hub.subscriptions() == []
 
 
 def test_bad_requests_are_4xx_with_a_reason(ws_hub: RunningHub, callback: Callback) -> None:
@@ -263,7 +263,7 @@ def test_bad_requests_are_4xx_with_a_reason(ws_hub: RunningHub, callback: Callba
     wrong_scope = subscriber(hub, callback, scopes=("graphs:read",))
     assert subscribe(wrong_scope, hub, callback).status_code == 403
     assert session.post(f"{hub.url}/hub", json={"hub.mode": "subscribe"}, timeout=30).status_code == 400
-    assert hub.runtime.websub.subscriptions() == []
+    assert hub.runtime.hub.subscriptions() == []
 
 
 def test_a_denied_subscription_tells_the_callback_why(ws_hub: RunningHub, callback: Callback) -> None:
@@ -283,11 +283,11 @@ def test_retries_keep_the_order_and_410_removes(ws_hub: RunningHub, callback: Ca
     ids = [publish(hub, "2"), publish(hub, "3")]
     callback.wait(lambda: len(callback.deliveries) == 2)
     assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == ids  # the later never overtook
-    callback.wait(lambda: hub.runtime.websub.subscriptions()[0]["lag"] == 0)
-    assert hub.runtime.websub.subscriptions()[0]["failures"] == 2
+    callback.wait(lambda: hub.runtime.hub.subscriptions()[0]["lag"] == 0)
+    assert hub.runtime.hub.subscriptions()[0]["failures"] == 2
     callback.statuses = [410]
     publish(hub, "4")
-    callback.wait(lambda: hub.runtime.websub.subscriptions() == [])
+    callback.wait(lambda: hub.runtime.hub.subscriptions() == [])
 
 
 def test_failed_subscription_is_visible_and_can_be_redelivered(ws_hub: RunningHub, callback: Callback) -> None:
@@ -320,7 +320,7 @@ def test_access_is_rechecked_at_every_delivery(ws_hub: RunningHub, callback: Cal
     publish(hub, "2")
     callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
     assert callback.deliveries == []
-    assert hub.runtime.websub.subscriptions()[0]["state"] == "cancelled"
+    assert hub.runtime.hub.subscriptions()[0]["state"] == "cancelled"
 
 
 def test_an_expired_lease_stops_deliveries(ws_hub: RunningHub, callback: Callback) -> None:
@@ -335,12 +335,12 @@ def test_an_expired_lease_stops_deliveries(ws_hub: RunningHub, callback: Callbac
         for row in session.query(Subscription):
             row.lease_expires_at = datetime.now(UTC) - timedelta(seconds=1)
     publish(hub, "2")
-    callback.wait(lambda: hub.runtime.websub.subscriptions()[0]["state"] == "expired")
-    assert hub.runtime.websub.deliver_due() == [] and callback.deliveries == []
+    callback.wait(lambda: hub.runtime.hub.subscriptions()[0]["state"] == "expired")
+    assert hub.runtime.delivery.deliver_due() == [] and callback.deliveries == []
 
 
 def test_callback_safety_rules() -> None:
-    from lucid_hub.delivery.safety import check_callback, parse_cidrs
+    from lucid_hub.hub.callbacks import check_callback, parse_cidrs
 
     prefixes = ["https://hub.partner.example/cb/", "http://127.0.0.1:9/cb/", "https://10.1.2.3/cb/",
                 "https://169.254.169.254/cb/", "https://hub.globex.example", "https://h.example/r/",
@@ -406,7 +406,7 @@ def test_every_connection_checks_the_address_it_connects_to(monkeypatch: pytest.
     import urllib3
 
     from lucid_hub import outbound
-    from lucid_hub.delivery.safety import check_callback
+    from lucid_hub.hub.callbacks import check_callback
 
     real = socket.getaddrinfo
     answers = iter(["93.184.216.34"] + ["127.0.0.1"] * 10)  # public first, then rebound to loopback
@@ -480,7 +480,7 @@ def test_flask_websubs_subscriber_subscribes_and_receives_our_deliveries(ws_hub:
                                  requests_opts={"headers": {"Authorization": f"Bearer {token}"}})
         events.wait(lambda: confirmed == ["subscribe"])
         # the subscriber confirms before the hub records the subscription: wait for the record
-        events.wait(lambda: [s["state"] for s in hub.runtime.websub.subscriptions()] == ["active"])
+        events.wait(lambda: [s["state"] for s in hub.runtime.hub.subscriptions()] == ["active"])
         patch = publish(hub, "2")
         events.wait(lambda: len(received) == 1)
         assert received[0] == hub.runtime.archive.patch(patch).body
@@ -643,11 +643,11 @@ def test_the_same_subscription_verified_at_once_is_one_renewed_subscription(tmp_
     from sqlalchemy import select as sa_select
 
     from lucid_hub.db.models import Subscription
-    from lucid_hub.delivery.hub import Request as SubscriptionRequest
+    from lucid_hub.hub import Request as SubscriptionRequest
 
     with running_hub(tmp_path / "data", db_url, {"LUCID_DEV_MODE": "1"}) as hub:
         publish(hub, "0")
-        websub = hub.runtime.websub
+        websub = hub.runtime.hub
         requests_ = [SubscriptionRequest("subscribe", G, G, "http://127.0.0.1:9/callback", 3600, f"secret-{n}",
                                          "application/rdf-patch", "partner-account", "lc-partner",
                                          frozenset({"partner"})) for n in range(4)]

@@ -177,13 +177,13 @@ def delete_client(client_id: str) -> Response:
 @api.get("/subscriptions")
 def list_subscriptions() -> Response:
     """WebSub subscriptions with their delivery figures (lag in patches, failures, state)."""
-    return jsonify({"subscriptions": runtime().websub.subscriptions()})
+    return jsonify({"subscriptions": runtime().hub.subscriptions()})
 
 
 @api.delete("/subscriptions/<int:subscription_id>")
 def cancel_subscription(subscription_id: int) -> Response:
     """End a subscription; its callback is told (hub.mode=denied) that an admin cancelled it."""
-    runtime().websub.cancel(subscription_id, "cancelled by an administrator of the hub")
+    runtime().hub.cancel(subscription_id, "cancelled by an administrator of the hub")
     return Response(status=204)
 
 
@@ -191,7 +191,7 @@ def cancel_subscription(subscription_id: int) -> Response:
 def redeliver(subscription_id: int) -> Response:
     """Deliver again from ?from=PATCH_ID (default: the next undelivered patch); reactivates a
     failed subscription."""
-    runtime().websub.redeliver(subscription_id, request.args.get("from"))
+    runtime().delivery.redeliver(subscription_id, request.args.get("from"))
     return Response(status=202)
 
 

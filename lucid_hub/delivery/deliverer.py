@@ -1,5 +1,5 @@
-"""The WebSub hub's work behind `/hub`: verification of intent, subscriptions with leases,
-and delivery of each graph's patches to each subscriber, in chain order, signed.
+"""Delivery of each graph's patches to each WebSub subscription, in chain order, signed:
+claiming, the ACL re-check, sending, retries with backoff, fairness between clients and hosts.
 
 Delivery is driven by a cursor per subscription (`delivered_seq`, the chain position the
 callback last acknowledged), not by the log's offsets: the next POST is always the patch at
@@ -20,16 +20,14 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, cast
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import requests
 import urllib3
-from sqlalchemy import Table, bindparam, case, delete, func, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Table, bindparam, case, delete, or_, select, update
 
 from lucid_hub import outbound, resources
 from lucid_hub.archive import Archive, ChainLink
@@ -37,8 +35,9 @@ from lucid_hub.config import Settings
 from lucid_hub.db.models import Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
-from lucid_hub.delivery.safety import parse_cidrs
-from lucid_hub.errors import ForbiddenError, InputError, NotFoundError
+from lucid_hub.errors import InputError, NotFoundError
+from lucid_hub.hub.callbacks import parse_cidrs
+from lucid_hub.hub.protocol import MEDIA_TYPES
 from lucid_hub.metrics import Metrics
 from lucid_hub.outbound import AddressPolicy
 from lucid_hub.policy.engine import Action, Party
@@ -49,19 +48,10 @@ from lucid_hub.rdf.serialization import write_patch
 from lucid_hub.stream import PatchStream
 
 log = logging.getLogger(__name__)
-MEDIA_TYPES = {RDF_PATCH: "rdf-patch", "application/trig": "trig", "application/ld+json": "jsonld"}
 BATCH = 100  # patches one subscription gets in a row before others have their turn
 CANDIDATES = 1000  # due subscriptions a round considers (those it cannot start wait for the next)
 # The delivery path uses SQLAlchemy Core on the tables (no ORM identity map per delivery).
 SUBS = cast(Table, Subscription.__table__)
-
-
-def with_query(url: str, params: dict[str, str]) -> str:
-    """The URL with `params` added to its own query string (which is preserved)."""
-    parts = urlsplit(url)
-    extra = urlencode(params)
-    query = f"{parts.query}&{extra}" if parts.query else extra
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
 def now() -> datetime:
@@ -70,27 +60,6 @@ def now() -> datetime:
 
 def _aware(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)  # SQLite returns naive datetimes
-
-
-@dataclass(frozen=True)
-class Request:
-    """A verified-to-be-well-formed (un)subscription request of an authorised party."""
-
-    mode: str
-    graph: str
-    topic: str
-    callback: str
-    lease_seconds: int
-    secret: str | None
-    media_type: str
-    account: str
-    endpoint_id: str
-    groups: frozenset[str]
-    admin: bool = False  # an admin may change any client's subscription
-
-
-class NotYoursError(ForbiddenError):
-    """A (un)subscription of a callback another client subscribed (HTTP 403)."""
 
 
 @dataclass
@@ -125,7 +94,7 @@ class _Recorder:
     """Records many tasks' outcomes in one transaction (one commit instead of one per
     delivery), releases their claims with it, then lets the next round have them."""
 
-    def __init__(self, hub: WebSubHub) -> None:
+    def __init__(self, hub: Deliverer) -> None:
         self.hub = hub
         self._pending: list[_Outcome] = []
         self._cond = threading.Condition()
@@ -218,12 +187,17 @@ class Decider(Protocol):
     def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]: ...
 
 
-class WebSubHub:
-    def __init__(self, settings: Settings, db: Database, canonicalizer: Canonicalizer, policies: Decider, *,
+class Deliverer:
+    """The delivery of one process (`serve`, or a `worker`): rounds of claimed subscriptions."""
+
+    def __init__(self, settings: Settings, db: Database, archive: Archive, canonicalizer: Canonicalizer,
+                 policies: Decider, *, deny: Callable[[str, str, str], None],
                  stream: PatchStream | None = None, worker_id: str | None = None,
                  metrics: Metrics | None = None) -> None:
-        """`stream`: the patch stream of this process, whose patches wake the deliverer at
-        once (without it, as in a delivery worker, the archive is looked at every second)."""
+        """`deny(callback, topic, reason)` tells a callback its subscription ended (the hub's
+        notices); `stream`: the patch stream of this process, whose patches wake the
+        deliverer at once (without it, as in a delivery worker, rounds come every second
+        and at the worker's log records)."""
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.db = db
@@ -231,18 +205,15 @@ class WebSubHub:
         self.policies = policies
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.claim_seconds = settings.delivery_claim_seconds
-        self.allowed = parse_cidrs(settings.callback_allow_cidrs)
         # Every connection to a callback checks the address it connects to (lucid_hub.outbound).
-        policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=self.allowed)
-        self.http = outbound.session(policy, "lucid-hub WebSub hub")  # verifications and notices
+        policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=parse_cidrs(settings.callback_allow_cidrs))
         # Deliveries: urllib3 directly (kept-alive pools per callback host). py-spy under
         # fan-out showed requests' per-call work (environment merging, CA path checks) as a
         # large share of each delivery.
         self.pool = outbound.pool_manager(policy, num_pools=256, maxsize=8, retries=False, headers={
             "User-Agent": "lucid-hub WebSub hub"}, timeout=urllib3.Timeout(total=settings.delivery_timeout))
-        # Verifications of intent and denial notices have threads of their own; deliveries run
-        # in a fast and a slow lane, shared out by client and host (delivery/fairness.py).
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="websub-verify")
+        # Deliveries run in a fast and a slow lane, shared out by client and host
+        # (delivery/fairness.py); verifications and notices have threads of their own (hub/).
         fast = LaneLimits(settings.delivery_threads, settings.delivery_per_client, settings.delivery_per_host)
         slow = LaneLimits(settings.delivery_slow_threads, max(1, settings.delivery_slow_threads // 2),
                           max(1, settings.delivery_slow_threads // 2))
@@ -262,101 +233,15 @@ class WebSubHub:
         self._subscribed: set[str] = set()
         self._recorder = _Recorder(self)
         self.stream = stream
-        self.archive = Archive(db)
+        self.archive = archive
+        self.deny = deny
 
-    # --- subscription requests ------------------------------------------------------
-    def accept(self, request: Request) -> None:
-        """Queue the verification of intent (the request was answered 202). A subscription
-        belongs to the client that made it: another client (not an admin) may neither renew
-        nor cancel it, whatever its callback prefixes cover (NotYoursError, before anything
-        is sent to the callback; checked again when the verified request is recorded)."""
-        with self.db.session() as session:
-            self._check_request(session, request)
-        self._executor.submit(self._verify, request)
-
-    def _check_request(self, session: Any, request: Request) -> None:
-        """The owner rule, and for a new subscription the cap on subscriptions per client."""
-        owner = session.scalars(select(Subscription.endpoint_id).where(
-            Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
-        if owner is not None and owner != request.endpoint_id and not request.admin:
-            raise NotYoursError(f"the subscription of this callback to <{request.graph}> belongs to another "
-                                "client; only that client or an admin may change it")
-        if owner is None and request.mode == "subscribe":
-            cap = self.settings.max_subscriptions_per_client
-            held = session.scalar(select(func.count()).select_from(Subscription).where(
-                Subscription.endpoint_id == request.endpoint_id))
-            if held >= cap:
-                raise ForbiddenError(f"this client holds {held} subscriptions, its limit "
-                                     "(LUCID_MAX_SUBSCRIPTIONS_PER_CLIENT); unsubscribe others first")
-
-    def deny(self, callback: str, topic: str, reason: str) -> None:
-        """Tell a callback its subscription was denied (or has been cancelled)."""
-        try:
-            self._executor.submit(self._send_denied, callback, topic, reason)
-        except RuntimeError:  # shutting down: the cancellation itself is recorded
-            log.info("hub stopping: a denial notice was not sent")
-
-    def _send_denied(self, callback: str, topic: str, reason: str) -> None:
-        url = with_query(callback, {"hub.mode": "denied", "hub.topic": topic, "hub.reason": reason[:500]})
-        try:
-            self.http.get(url, timeout=self.settings.delivery_timeout, allow_redirects=False)
-        except requests.RequestException as exc:
-            log.info("denial notice to a callback failed: %s", type(exc).__name__)
-
-    def _verify(self, request: Request) -> None:
-        challenge = secrets.token_urlsafe(32)
-        params = {"hub.mode": request.mode, "hub.topic": request.topic, "hub.challenge": challenge}
-        if request.mode == "subscribe":
-            params["hub.lease_seconds"] = str(request.lease_seconds)
-        try:
-            answer = self.http.get(with_query(request.callback, params), timeout=self.settings.delivery_timeout,
-                                   allow_redirects=False)
-            confirmed = 200 <= answer.status_code < 300 and answer.text == challenge
-        except requests.RequestException as exc:
-            log.info("verification of intent failed: %s", type(exc).__name__)
-            confirmed = False
-        if not confirmed:
-            return
-        try:
-            if request.mode == "subscribe":
-                self._subscribe(request)
-            else:
-                self._unsubscribe(request)
-        except ForbiddenError as exc:  # another client subscribed the callback since, or the cap
-            log.warning("verified %s to <%s> not recorded: %s", request.mode, request.graph, exc)
-        except Exception:  # in a pool thread: said here, or nowhere (the request was answered 202)
-            log.exception("recording a verified %s to <%s> failed", request.mode, request.graph)
-
-    def _subscribe(self, request: Request) -> None:
-        try:
-            self._record_subscription(request)
-        except IntegrityError:  # the same subscription, verified at the same moment (a replay):
-            self._record_subscription(request)  # it exists now; this request renews it
-        self._subscribed = self._subscribed | {request.graph}
+    def subscribed(self, graph: str) -> None:
+        """A subscription to `graph` was recorded: its patches wake the deliverer from now on."""
+        self._subscribed = self._subscribed | {graph}
         self._wake.set()
 
-    def _record_subscription(self, request: Request) -> None:
-        with self.db.session() as session:
-            self._check_request(session, request)  # another client may have subscribed meanwhile
-            length = self.archive.length(request.graph)
-            row = session.scalars(select(Subscription).where(
-                Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
-            expires = now() + timedelta(seconds=request.lease_seconds)
-            if row is None:  # new: deliveries start with the graph's next patch
-                session.add(Subscription(
-                    graph=request.graph, callback=request.callback, account=request.account,
-                    endpoint_id=request.endpoint_id, groups=" ".join(sorted(request.groups)), secret=request.secret,
-                    media_type=request.media_type, state="active", lease_expires_at=expires, delivered_seq=length,
-                    attempts=0, next_attempt_at=now(), last_error="", delivered_total=0, failures_total=0,
-                    created_at=now()))
-            else:  # renewal: the same subscription, a new lease (and secret, party, format)
-                if row.state not in ("active", "failed"):  # a failed one resumes where it stopped
-                    row.delivered_seq = length
-                row.account, row.endpoint_id = request.account, request.endpoint_id
-                row.groups = " ".join(sorted(request.groups))
-                row.secret, row.media_type = request.secret, request.media_type
-                row.state, row.lease_expires_at, row.attempts, row.next_attempt_at = "active", expires, 0, now()
-
+    # --- subscription requests ------------------------------------------------------
     def _watch(self, stream: PatchStream) -> None:
         """Follow the patch stream: a new patch wakes the deliverer if its graph has subscribers
         (the set is refreshed every second, so other processes' subscriptions count too)."""
@@ -365,14 +250,6 @@ class WebSubHub:
             generation, graphs = stream.changes(generation, 1.0)
             if graphs is None or not graphs.isdisjoint(self._subscribed):
                 self._wake.set()
-
-    def _unsubscribe(self, request: Request) -> None:
-        with self.db.session() as session:
-            self._check_request(session, request)
-            row = session.scalars(select(Subscription).where(
-                Subscription.graph == request.graph, Subscription.callback == request.callback)).first()
-            if row is not None:
-                session.delete(row)
 
     # --- delivery -------------------------------------------------------------------
     def start(self) -> None:
@@ -392,7 +269,7 @@ class WebSubHub:
         self.drain()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        for executor in (*self._lanes.values(), self._executor):
+        for executor in self._lanes.values():
             executor.shutdown(wait=True, cancel_futures=True)  # deliveries in flight finish
         self._recorder.stop()  # and are recorded
         try:  # what was claimed but not started is free for other processes at once
@@ -561,18 +438,6 @@ class WebSubHub:
             return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
 
     # --- administration -------------------------------------------------------------
-    def subscriptions(self) -> list[dict[str, Any]]:
-        with self.db.session() as session:
-            rows = session.execute(select(Subscription, Archive.length_of(Subscription.graph))
-                                   .order_by(Subscription.id)).all()
-            return [{"id": s.id, "graph": s.graph, "callback": s.callback, "account": s.account,
-                     "endpoint_id": s.endpoint_id, "state": s.state, "media_type": s.media_type,
-                     "lease_expires_at": _aware(s.lease_expires_at).isoformat(),
-                     "lag": max((length or 0) - s.delivered_seq, 0), "delivered": s.delivered_total,
-                     "failures": s.failures_total, "attempts": s.attempts, "last_error": s.last_error,
-                     "last_success_at": _aware(s.last_success_at).isoformat() if s.last_success_at else None,
-                     "signed": bool(s.secret)} for s, length in rows]
-
     def redeliver(self, sid: int, from_patch: str | None) -> None:
         """Deliver again from `from_patch` (default: the next undelivered one); reactivates."""
         with self.db.session() as session:
@@ -588,16 +453,6 @@ class WebSubHub:
                 raise InputError("the subscription's lease has ended; the subscriber must subscribe again")
             row.state, row.attempts, row.next_attempt_at = "active", 0, now()
         self._wake.set()
-
-    def cancel(self, sid: int, reason: str) -> None:
-        """End a subscription (an admin's decision): the row goes, the callback is told why."""
-        with self.db.session() as session:
-            row = session.get(Subscription, sid)
-            if row is None:
-                raise NotFoundError(f"no subscription {sid}")
-            callback, graph = row.callback, row.graph
-            session.delete(row)
-        self.deny(callback, graph, reason)
 
     def wake(self) -> None:
         """Look for due deliveries now (e.g. after a publisher's notice)."""

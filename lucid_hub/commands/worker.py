@@ -19,7 +19,8 @@ from typing import Any
 from lucid_hub.archive import Archive
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
-from lucid_hub.delivery.hub import WebSubHub
+from lucid_hub.delivery.deliverer import Deliverer
+from lucid_hub.hub import CallbackNotices
 from lucid_hub.log import open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, serve_metrics
 from lucid_hub.policy.policy_graph import ArchivePolicies
@@ -41,8 +42,10 @@ def run_worker(settings: Settings, name: str | None = None, stop: threading.Even
     patch_log = open_log(settings, db)
     metrics = Metrics()
     metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
-    hub = WebSubHub(settings, db, canonicalizer, ArchivePolicies(Archive(db), canonicalizer), worker_id=name,
-                    metrics=metrics)
+    archive = Archive(db)
+    notices = CallbackNotices(settings)
+    hub = Deliverer(settings, db, archive, canonicalizer, ArchivePolicies(archive, canonicalizer), deny=notices.deny,
+                    worker_id=name, metrics=metrics)
     consumer = patch_log.consumer(GROUP)
     alive = [time.monotonic()]
     listener = (serve_metrics(settings.host, settings.metrics_port, metrics,
@@ -72,6 +75,7 @@ def run_worker(settings: Settings, name: str | None = None, stop: threading.Even
             listener.server_close()
         consumer.close()
         hub.stop()
+        notices.stop()
         patch_log.close()
         canonicalizer.close()
         db.dispose()
