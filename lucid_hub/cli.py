@@ -294,7 +294,7 @@ def serve(state: _Context, host: str | None, port: int | None, server_kind: str,
 def publish(state: _Context, file: Path, graph: str, message: str, author: str, hub_url: str | None,
             input_format: str | None, engine: str) -> None:
     """Publish FILE as the new version of a graph (replace semantics)."""
-    from lucid_hub.publish.files import publish_file
+    from lucid_hub.commands.publish_file import publish_file
 
     who = author or os.environ.get("USER", "") or "cli"
     publish_file(state.settings, file, graph, author=who, message=message, hub_url=hub_url,

@@ -120,5 +120,32 @@ class RateLimitedError(LucidError):
         self.retry_after = retry_after
 
 
+class RemoteError(LucidError):
+    """Another hub (a publisher we mirror, or the hub a command talks to) failed us (HTTP 502
+    if it reaches a request of ours)."""
+
+
+class RemoteUnreachableError(RemoteError):
+    """Another hub could not be reached: connection refused or reset, timeout, an address the
+    outbound policy forbids."""
+
+
+class RemoteRefusedError(RemoteError):
+    """Another hub answered a request with an error status (`status`)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RemoteCredentialsRefused(RemoteRefusedError):
+    """Another hub's token endpoint refused our client credentials."""
+
+
+class RemoteAnswerError(RemoteError):
+    """Another hub's answer is not what the protocol says (a malformed page, a missing field,
+    a link that leaves its origin)."""
+
+
 class PolicyError(InputError):
     """An access condition that is not valid (unknown property, malformed IRI, empty)."""

@@ -110,9 +110,9 @@ def test_pathological_msg_fails_with_the_limit_error_naming_its_size(spark, tmp_
 
 def test_publish_with_the_spark_engine_archives_the_same_patch(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                canonicalizer: Canonicalizer) -> None:
+    from lucid_hub.commands.publish_file import publish_file
     from lucid_hub.config import Settings
     from lucid_hub.diff.local import diff_graph
-    from lucid_hub.publish.files import publish_file
     from lucid_hub.runtime import Runtime
     from tests.conftest import assert_consistent, parse_nt
 
@@ -164,8 +164,8 @@ def test_spark_submit_runs_the_job_module(tmp_path: Path, run_cli) -> None:  # t
 
 
 def test_a_failed_spark_publish_publishes_nothing(spark, tmp_path: Path, canonicalizer: Canonicalizer) -> None:  # type: ignore[no-untyped-def]
+    from lucid_hub.commands.publish_file import publish_file
     from lucid_hub.config import Settings
-    from lucid_hub.publish.files import publish_file
     from lucid_hub.runtime import Runtime
 
     (tmp_path / "v1.nt").write_text('<http://ex/a> <http://ex/p> "1" .\n')
@@ -287,8 +287,8 @@ def test_a_spark_job_beside_a_running_hub_publishes_through_its_http_api(
         spark, tmp_path: Path, canonicalizer: Canonicalizer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The Kubernetes Job / SparkApplication path: export over HTTP, diff on Spark, upload the
     change naming the exported version as prev; the hub signs and chains it."""
+    from lucid_hub.commands.publish_file import publish_file
     from lucid_hub.errors import AuthenticationError
-    from lucid_hub.publish.files import publish_file
     from tests.conftest import assert_consistent, running_hub, whole_canonical
 
     g = "http://ex/g"
@@ -337,7 +337,7 @@ def test_spark_submit_publishes_to_a_running_hub(tmp_path: Path) -> None:
     if not submit.exists():
         pytest.skip(f"the pyspark package has no spark-submit at {submit}")
     (tmp_path / "new.nt").write_text('<http://ex/a> <http://ex/p> _:x .\n_:x <http://ex/v> "1" .\n')
-    job = Path(__file__).parent.parent / "lucid_hub" / "diff" / "spark_publish.py"
+    job = Path(__file__).parent.parent / "lucid_hub" / "commands" / "spark_publish.py"
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
         record, secret = hub.client("bulk job", ("lucid-hub-admins",), ("graphs:read", "graphs:write"))
 

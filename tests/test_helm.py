@@ -205,7 +205,7 @@ def test_spark_publish_job_template_and_spark_application() -> None:
     (app,) = _by(objects, "SparkApplication")
     spec = app["spec"]
     assert (spec["type"], spec["mode"], spec["image"]) == ("Python", "cluster", "registry.acme.example/lucid-hub-spark:0.1.0")
-    assert spec["mainApplicationFile"].endswith("lucid_hub/diff/spark_publish.py")
+    assert spec["mainApplicationFile"].endswith("lucid_hub/commands/spark_publish.py")
     assert spec["arguments"][:3] == ["/snapshots/kpi.nt.gz", "--graph", "https://acme.example/graphs/kpi"]
     assert spec["sparkConf"]["spark.executor.memoryOverhead"] == "1g"
     assert spec["driver"]["serviceAccount"] == "acme-lucid-hub-spark"

@@ -20,7 +20,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, select
 
-from lucid_hub.auth.client_side import client_credentials_token
+from lucid_hub.client.tokens import client_credentials_token
 from lucid_hub.commands.worker import GROUP
 from lucid_hub.db.models import LogEntry, LogOffset, Mirror, Subscription
 from lucid_hub.logging_setup import redact

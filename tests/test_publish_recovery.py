@@ -31,8 +31,8 @@ V1 = '<http://ex/o1> <http://ex/status> "open" .\n<http://ex/o1> <http://ex/line
 
 def bearer(data: Path, port: int) -> dict[str, str]:
     """Authorization for a new client of the hub in `data` (a hub admin), by client credentials."""
-    from lucid_hub.auth.client_side import client_credentials_token
     from lucid_hub.auth.clients import create_client_for
+    from lucid_hub.client.tokens import client_credentials_token
 
     record, secret = create_client_for(data, "test", groups=["lucid-hub-admins"],
                                        scopes=["graphs:read", "graphs:write"])

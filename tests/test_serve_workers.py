@@ -13,7 +13,7 @@ import pytest
 import requests
 from sqlalchemy import create_engine, func, select
 
-from lucid_hub.auth.client_side import client_credentials_token
+from lucid_hub.client.tokens import client_credentials_token
 from lucid_hub.db.models import PatchRecord
 from lucid_hub.tools.hubproc import EventStream, HubProcess, wait_until
 from lucid_hub.tools.loopback import free_port

@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -33,7 +32,7 @@ from sqlalchemy import delete, or_, select, update
 
 from lucid_hub import nesting, outbound
 from lucid_hub.archive import Archive
-from lucid_hub.auth.client_side import client_credentials_token
+from lucid_hub.client import HubClient, client_credentials_token, discover, fetch_jwks
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Mirror, Quarantined
 from lucid_hub.db.session import Database
@@ -44,6 +43,9 @@ from lucid_hub.errors import (
     LucidError,
     NotFoundError,
     PatchVerificationError,
+    RemoteCredentialsRefused,
+    RemoteError,
+    RemoteRefusedError,
 )
 from lucid_hub.metrics import Metrics
 from lucid_hub.outbound import AddressPolicy
@@ -55,7 +57,6 @@ from lucid_hub.stream import PatchStream
 
 log = logging.getLogger(__name__)
 SCOPE = "hub:subscribe graphs:read"
-TIMEOUT = 30.0
 RETRY_SECONDS = 60.0  # a (re)subscription not verified by then is asked for again
 
 
@@ -78,47 +79,9 @@ def _http(policy: AddressPolicy) -> requests.Session:
     return outbound.session(policy, "lucid-hub mirror")
 
 
-def _same_origin(url: str, base: str) -> bool:
-    """Whether `url` is on the scheme, host and port of `base` (a publisher's URL)."""
-    a, b = urlsplit(url), urlsplit(base)
-    try:
-        return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
-    except ValueError:
-        return False
-
-
 # --- the registry (usable without a running hub) ------------------------------------------
-def discover(url: str, http: requests.Session, token: str | None = None) -> tuple[str, str]:
-    """(hub URL, graph IRI) from a graph's URL by its `Link` headers (WebSub discovery)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = http.head(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
-        if response.status_code == 405:
-            response = http.get(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
-    except requests.RequestException as exc:
-        raise InputError(f"cannot reach {url}: {exc}") from None
-    links = response.links
-    if "hub" not in links:
-        raise InputError(f"{url} names no WebSub hub (no Link rel=\"hub\"; status {response.status_code})")
-    self_url = links.get("self", {}).get("url", url)
-    graph = parse_qs(urlsplit(self_url).query).get("graph", [self_url])[0]
-    return links["hub"]["url"], graph
-
-
 def _load_jwks(source: str, http: requests.Session) -> str:
-    if source.startswith(("http://", "https://")):
-        try:
-            response = http.get(source, timeout=TIMEOUT)
-        except requests.RequestException as exc:
-            raise InputError(f"cannot fetch the publisher's keys from {source}: {exc}") from None
-        if response.status_code != 200:
-            raise InputError(f"cannot fetch the publisher's keys from {source}: HTTP {response.status_code}")
-        text = response.text
-    else:
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read the publisher's keys from {source}: {exc.strerror}") from None
+    text = fetch_jwks(source, http)
     try:
         jwks = nesting.loads(text, f"the JWKS at {source}")
         TrustedKeys(jwks)
@@ -140,9 +103,12 @@ def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_ur
         base = graph_url.split("/graphs", 1)[0]
         try:
             token = client_credentials_token(base, client_id, client_secret, SCOPE, http=http)
-        except LucidError as exc:
+        except RemoteError as exc:
             raise InputError(f"the publisher at {base} refused the client: {exc}") from None
-        hub_url, found = discover(graph_url, http, token)
+        try:
+            hub_url, found = discover(graph_url, http, token)
+        except RemoteError as exc:  # the operator's URL: a 400 with the reason
+            raise InputError(str(exc)) from None
         graph = graph or found
     if not hub_url or not graph:
         raise InputError("name the publisher's hub (--hub) and the graph (--graph), or the graph's URL (--from)")
@@ -152,7 +118,7 @@ def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_ur
     jwks = _load_jwks(trust_jwks or f"{publisher}/.well-known/jwks.json", http)
     try:
         client_credentials_token(publisher, client_id, client_secret, SCOPE, http=http)
-    except LucidError as exc:
+    except RemoteError as exc:
         raise InputError(f"the publisher refused the client: {exc}") from None
     with db.session() as session:
         if session.scalars(select(Mirror).where(Mirror.graph == graph)).first() is not None:
@@ -365,20 +331,17 @@ class MirrorService:
             keys = self._keys[jwks] = TrustedKeys(json.loads(jwks))
         return keys
 
-    def _token(self, row: Mirror) -> str:
-        return client_credentials_token(row.publisher_url, row.client_id, row.client_secret, SCOPE, http=self.http)
+    def _publisher(self, row: Mirror) -> HubClient:
+        """The mirror's publisher, as the mirror's client (with a fresh token)."""
+        client = HubClient(row.publisher_url, self.http)
+        client.authorize(row.client_id, row.client_secret, SCOPE)
+        return client
 
     def _hub_request(self, row: Mirror, mode: str) -> None:
         form = {"hub.mode": mode, "hub.topic": row.graph, "hub.callback": self.callback_url(row.id)}
         if mode == "subscribe":
             form["hub.secret"] = row.hmac_secret
-        try:
-            answer = self.http.post(row.hub_url, data=form, timeout=TIMEOUT,
-                                    headers={"Authorization": f"Bearer {self._token(row)}"})
-        except requests.RequestException as exc:
-            raise LucidError(f"cannot reach the hub {row.hub_url}: {exc}") from None
-        if answer.status_code != 202:
-            raise LucidError(f"the hub refused to {mode} ({answer.status_code}): {answer.text.strip()[:300]}")
+        self._publisher(row).hub_request(row.hub_url, form)
 
     def _subscribe(self, mirror_id: str) -> None:
         """(Re)subscribe; the hub's verification of intent then makes the mirror active.
@@ -458,15 +421,11 @@ class MirrorService:
         """Whether the publisher really refuses us the graph now (a token refused, or 401/403
         on the graph). Unreachable or still readable: not confirmed."""
         try:
-            token = self._token(row)
-        except LucidError as exc:
-            return "refused" in str(exc)
-        try:
-            answer = self.http.head(f"{row.publisher_url}/graphs", params={"graph": row.graph}, timeout=TIMEOUT,
-                                    headers={"Authorization": f"Bearer {token}"})
-        except requests.RequestException:
+            return not self._publisher(row).may_read(row.graph)
+        except RemoteCredentialsRefused:
+            return True
+        except RemoteError:
             return False
-        return answer.status_code in (401, 403)
 
     @staticmethod
     def _same_topic(row: Mirror, topic: str) -> bool:
@@ -531,72 +490,53 @@ class MirrorService:
         trusted = self._trusted(row.jwks)
         head = self._head(row.graph)
         cloning = head is None
-        headers = {"Authorization": f"Bearer {self._token(row)}", "Accept": "application/json"}
+        publisher = self._publisher(row)
         applied = 0
-        url: str | None = f"{row.publisher_url}/patches"
-        params: dict[str, str] | None = {"graph": row.graph, **({"since": head} if head else {})}
-        while url:
-            try:
-                answer = self.http.get(url, params=params, headers=headers, timeout=TIMEOUT)
-            except requests.RequestException as exc:
-                raise LucidError(f"cannot reach the publisher {row.publisher_url}: {exc}") from None
-            if answer.status_code == 404 and head is not None and applied == 0:
+        try:
+            for page in publisher.archive_pages(row.graph, head):
+                done_before = applied
+                try:
+                    for item in page.get("patches", []):
+                        body = str(item["body"]).encode("utf-8")
+                        try:
+                            patch = verify_patch_bytes(body, trusted, self.canonicalizer)
+                        except (PatchVerificationError, InputError) as exc:
+                            self._quarantine(mirror_id, item.get("id"), body, f"not verified (catch-up): {exc}")
+                            return applied
+                        if patch.graph == row.graph and patch.prev == head:  # the next one (the head is
+                            # tracked here, not re-read; the store is synced before the first one)
+                            self.publisher.archive_verified(patch, sync=applied == 0)
+                            head = patch.id
+                            applied += 1
+                        elif not self._known(patch.id):
+                            self._quarantine(mirror_id, patch.id, body, f"catch-up: the patch follows "
+                                             f"{patch.prev}, our head is {head}")
+                            return applied
+                finally:  # the page's count in one statement
+                    self._count_applied(mirror_id, applied - done_before)
+        except RemoteRefusedError as exc:
+            if exc.status == 404 and head is not None and applied == 0:
                 log.warning("mirror of <%s>: the publisher's archive does not hold our head %s: re-cloning",
                             row.graph, head)
                 self.forget(row.graph)
                 return self.catch_up(mirror_id, locked=True)
-            if answer.status_code != 200:
-                raise LucidError(f"the publisher's archive answered {answer.status_code}: {answer.text[:300]}")
-            page = nesting.loads(answer.content, "the publisher's archive page")
-            if not isinstance(page, dict):
-                raise LucidError("the publisher's archive page is not a JSON object")
-            done_before = applied
-            try:
-                for item in page.get("patches", []):
-                    body = str(item["body"]).encode("utf-8")
-                    try:
-                        patch = verify_patch_bytes(body, trusted, self.canonicalizer)
-                    except (PatchVerificationError, InputError) as exc:
-                        self._quarantine(mirror_id, item.get("id"), body, f"not verified (catch-up): {exc}")
-                        return applied
-                    if patch.graph == row.graph and patch.prev == head:  # the next one (the head is
-                        # tracked here, not re-read; the store is synced before the first one)
-                        self.publisher.archive_verified(patch, sync=applied == 0)
-                        head = patch.id
-                        applied += 1
-                    elif not self._known(patch.id):
-                        self._quarantine(mirror_id, patch.id, body, f"catch-up: the patch follows {patch.prev}, "
-                                         f"our head is {head}")
-                        return applied
-            finally:  # the page's count in one statement
-                self._count_applied(mirror_id, applied - done_before)
-            url, params = page.get("next"), None
-            if url is not None and not (isinstance(url, str) and _same_origin(url, row.publisher_url)):
-                raise LucidError(f"the publisher's archive page links outside its archive: {str(url)[:200]}")
+            raise
         if cloning and applied:
-            self._check_clone(row, head, headers["Authorization"])
+            self._check_clone(row, head, publisher)
         return applied
 
-    def _check_clone(self, row: Mirror, version: str | None, authorization: str) -> None:
+    def _check_clone(self, row: Mirror, version: str | None, publisher: HubClient) -> None:
         """A fresh clone against the publisher's content at that version: equal MSG multisets
         (the chain replayed here must give what the publisher serves)."""
         from lucid_hub.diff.local import diff_graph
 
-        try:
-            answer = self.http.get(f"{row.publisher_url}/graphs", params={"graph": row.graph, "version": version or ""},
-                                   headers={"Authorization": authorization, "Accept": "application/n-triples"},
-                                   timeout=TIMEOUT)
-        except requests.RequestException as exc:
-            raise LucidError(f"cannot reach the publisher {row.publisher_url}: {exc}") from None
-        if answer.status_code != 200:
-            raise LucidError(f"the publisher's graph answered {answer.status_code}: {answer.text[:300]}")
-        theirs = list(ox.parse(answer.content, format=ox.RdfFormat.N_TRIPLES))
+        theirs = list(ox.parse(publisher.graph_at(row.graph, version), format=ox.RdfFormat.N_TRIPLES))
         _version, statements = self.publisher.content(row.graph)
         ours = list(statement_quads(statements))
         if not diff_graph(ours, theirs, row.graph, self.canonicalizer).is_empty:
             self._note(row.id, f"the clone of <{row.graph}> differs from the publisher's content at {version}: "
                        "the publisher's archive and graph disagree", state="error")
-            raise LucidError(f"the clone of <{row.graph}> differs from the publisher's content")
+            raise PatchVerificationError(f"the clone of <{row.graph}> differs from the publisher's content")
         log.info("mirror of <%s>: cloned at %s and checked against the publisher's content", row.graph, version)
 
     def _archive(self, mirror_id: str, patch: Patch) -> None:

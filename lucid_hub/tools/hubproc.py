@@ -48,7 +48,7 @@ class HubProcess:
         self.http.trust_env = False
 
     def start(self, timeout: float = 60) -> HubProcess:
-        from lucid_hub.auth.client_side import client_credentials_token
+        from lucid_hub.client.tokens import client_credentials_token
 
         log = (self.data / "serve.log").open("ab")
         # Its own process group: a kill takes gunicorn's worker down with the master.

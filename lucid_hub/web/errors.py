@@ -32,6 +32,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (e.StoreError, 503),
     (e.LogUnavailableError, 503),
     (e.ConfigError, 500),
+    (e.RemoteError, 502),
 ]
 
 

@@ -32,8 +32,8 @@ NT = {"Content-Type": "application/n-triples"}
 
 def _token(data: Path, url: str) -> str:
     """An access token of a new hub-admin client of the hub in `data` (client credentials)."""
-    from lucid_hub.auth.client_side import client_credentials_token
     from lucid_hub.auth.clients import create_client_for
+    from lucid_hub.client.tokens import client_credentials_token
 
     record, secret = create_client_for(data, "bench publish", groups=["lucid-hub-admins"],
                                        scopes=["graphs:read", "graphs:write"])

@@ -1,4 +1,5 @@
-"""Publishing a file: into the data directory directly, or to a running hub over HTTP."""
+"""`lucid-hub publish`: a file as a graph's new version, into the data directory directly
+(opening the hub's parts), or to a running hub over HTTP (lucid_hub.client), with progress."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 
+from lucid_hub.client import HubClient, hub_token
 from lucid_hub.config import Settings
 from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import file_graph_msgs
-from lucid_hub.errors import InputError, LucidError
+from lucid_hub.errors import ConflictError, InputError, LucidError, RemoteRefusedError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.syntax import format_of_path
@@ -65,46 +67,18 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
 
 def _publish_http(hub_url: str, path: Path, graph: str, *, author: str, message: str, fmt: str | None,
                   echo: Callable[[str], None]) -> None:
-    import requests
-
-    from lucid_hub.auth.client_side import hub_token
-
     rdf_fmt = format_of_path(path, fmt)
-    media_type = rdf_fmt.media_type
-    token = hub_token(hub_url, "graphs:write")  # the hub records the token's party as the author
+    # the hub records the token's party as the author
+    client = HubClient(hub_url, token=hub_token(hub_url, "graphs:write"))
     size = path.stat().st_size
-    try:
-        with path.open("rb") as raw, click.progressbar(length=size, label=f"uploading {path.name}",
-                                                       file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
-            response = requests.put(f"{hub_url.rstrip('/')}/graphs", params={"graph": graph},
-                                    data=_UploadBody(raw, size, bar.update), timeout=3600,
-                                    headers={"Content-Type": media_type, "X-Lucid-Message": message,
-                                             "Authorization": f"Bearer {token}"})
-        echo("waiting for the hub to diff and publish ...")
-    except requests.RequestException as exc:
-        raise LucidError(f"cannot reach the hub at {hub_url}: {exc}") from None
-    if response.status_code >= 400:
-        raise LucidError(f"the hub refused the publish ({response.status_code}): {response.text.strip()}")
-    result = response.json()
+    with path.open("rb") as raw, click.progressbar(length=size, label=f"uploading {path.name}",
+                                                   file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
+        result = client.put_graph(graph, raw, size, rdf_fmt.media_type, message, progress=bar.update,
+                                  sent=lambda: echo("waiting for the hub to diff and publish ..."))
     if result.get("patch"):
         echo(f"published {result['patch']} (-{result['removed']} +{result['added']} MSGs)")
     else:
         echo(f"no changes: <{graph}> already has this content")
-
-
-class _UploadBody:
-    """A file streamed by requests (which sends Content-Length from len()), reporting progress."""
-
-    def __init__(self, raw: IO[bytes], size: int, progress: Callable[[int], None]) -> None:
-        self._raw, self._size, self._progress = raw, size, progress
-
-    def __len__(self) -> int:
-        return self._size
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._raw.read(size)
-        self._progress(len(data))
-        return data
 
 
 def _has_spark() -> bool:
@@ -148,46 +122,26 @@ def _publish_spark_http(settings: Settings, hub_url: str, path: Path, graph: str
     the patch (the cluster never holds its key), or answers 409 if the graph moved meanwhile."""
     import tempfile
 
-    import requests
-
-    from lucid_hub.auth.client_side import hub_token
     from lucid_hub.rdf.rdfpatch import MEDIA_TYPE
 
     started = time.monotonic()
-    base = hub_url.rstrip("/")
-    auth = {"Authorization": f"Bearer {hub_token(hub_url, 'graphs:read graphs:write')}"}
-    try:
-        with tempfile.TemporaryDirectory(prefix="lucid-publish-") as tmp:
-            old = Path(tmp) / "current.nt"
-            with requests.get(f"{base}/graphs", params={"graph": graph}, stream=True, timeout=3600,
-                              headers={**auth, "Accept": "application/n-triples"}) as current:
-                if current.status_code == 404:  # a new graph: the Spark job diffs against nothing
-                    version = None
-                    old.write_bytes(b"")
-                elif current.status_code == 200:
-                    version = current.headers.get("ETag", "").strip('"') or None
-                    with old.open("wb") as out:
-                        for chunk in current.iter_content(1 << 20):
-                            out.write(chunk)
-                else:
-                    raise LucidError(f"the hub answered {current.status_code} for <{graph}>: {current.text[:300]}")
-            master = spark.sparkContext.master if spark is not None else settings.spark_master
-            echo(f"exported <{graph}> at {version or 'no version'} from {base}; diffing with Spark ({master}) ...")
-            change = _spark_change(settings, old, path, graph, spark)
-        if change is None:
-            _report(echo, graph, None, started)
-            return
-        answer = requests.post(f"{base}/patches", params={"graph": graph}, timeout=3600,
-                               data=change.to_patch(version).canonical_bytes,  # no `H id`: the hub builds it
-                               headers={**auth, "Content-Type": MEDIA_TYPE, "X-Lucid-Message": message})
-    except requests.RequestException as exc:
-        raise LucidError(f"cannot reach the hub at {hub_url}: {exc}") from None
-    if answer.status_code == 409:
-        raise LucidError(f"<{graph}> changed at the hub while the Spark job ran ({answer.text.strip()[:200]}); "
-                         "run the job again")
-    if answer.status_code != 201:
-        raise LucidError(f"the hub refused the patch ({answer.status_code}): {answer.text.strip()[:300]}")
-    result = answer.json()
+    client = HubClient(hub_url, token=hub_token(hub_url, "graphs:read graphs:write"))
+    with tempfile.TemporaryDirectory(prefix="lucid-publish-") as tmp:
+        old = Path(tmp) / "current.nt"
+        version = client.download_graph(graph, old)  # None: a new graph, diffed against nothing
+        master = spark.sparkContext.master if spark is not None else settings.spark_master
+        echo(f"exported <{graph}> at {version or 'no version'} from {client.base}; diffing with Spark ({master}) ...")
+        change = _spark_change(settings, old, path, graph, spark)
+    if change is None:
+        _report(echo, graph, None, started)
+        return
+    try:  # no `H id`: the hub builds it
+        result = client.post_patch(graph, change.to_patch(version).canonical_bytes, MEDIA_TYPE, message)
+    except RemoteRefusedError as exc:
+        if exc.status == 409:
+            raise ConflictError(f"<{graph}> changed at the hub while the Spark job ran ({exc}); "
+                                "run the job again") from None
+        raise
     echo(f"published {result['patch']} (-{result['removed']} +{result['added']} MSGs) "
          f"in {time.monotonic() - started:.1f} s")
 
@@ -224,7 +178,7 @@ def spark_publish_main(argv: list[str] | None = None) -> int:
 
     from lucid_hub.diff.spark import spark_session
 
-    parser = argparse.ArgumentParser(prog="lucid_hub.diff.spark_publish", description=spark_publish_main.__doc__)
+    parser = argparse.ArgumentParser(prog="lucid_hub.commands.spark_publish", description=spark_publish_main.__doc__)
     parser.add_argument("file", type=Path)
     parser.add_argument("--graph", required=True, help="IRI of the graph FILE's content replaces")
     parser.add_argument("--hub", required=True, help="URL of the running hub")

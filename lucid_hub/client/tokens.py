@@ -1,16 +1,25 @@
-"""The calling side: an access token for a hub, from the environment or by client credentials.
+"""The calling side's access token for another hub: from the environment, or by client
+credentials (RFC 6749 §4.4, client_secret_basic) at the hub's token endpoint.
 
 `LUCID_ACCESS_TOKEN` is used as it is; otherwise `LUCID_CLIENT_ID` and `LUCID_CLIENT_SECRET`
-obtain one from the hub's token endpoint (RFC 6749 §4.4, client_secret_basic).
+obtain one.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
-from lucid_hub.errors import AuthenticationError, LucidError
+import requests
+
+from lucid_hub.errors import (
+    AuthenticationError,
+    RemoteAnswerError,
+    RemoteCredentialsRefused,
+    RemoteUnreachableError,
+)
+
+TIMEOUT = 30.0
 
 
 def hub_token(hub_url: str, scope: str | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -26,21 +35,23 @@ def hub_token(hub_url: str, scope: str | None = None, environ: Mapping[str, str]
 
 
 def client_credentials_token(hub_url: str, client_id: str, secret: str, scope: str | None = None,
-                             http: Any = None) -> str:
-    """A token from the hub's token endpoint; `http`, a requests Session, carries the call
-    (a mirror's, which keeps to the outbound address policy)."""
-    import requests
-
+                             http: requests.Session | None = None) -> str:
+    """A token from the hub's token endpoint; `http` carries the call (a mirror's session,
+    which keeps to the outbound address policy)."""
     data = {"grant_type": "client_credentials", **({"scope": scope} if scope else {})}
     try:
         response = (http or requests).post(f"{hub_url.rstrip('/')}/oauth/token", data=data, auth=(client_id, secret),
-                                           timeout=30)
+                                           timeout=TIMEOUT)
     except requests.RequestException as exc:
-        raise LucidError(f"cannot reach the hub at {hub_url}: {exc}") from None
+        raise RemoteUnreachableError(f"cannot reach the hub at {hub_url}: {exc}") from None
     if response.status_code != 200:
         detail = response.text.strip()[:300]
-        raise AuthenticationError(f"the hub refused the client credentials ({response.status_code}): {detail}")
-    token = response.json().get("access_token")
+        raise RemoteCredentialsRefused(f"the hub refused the client credentials ({response.status_code}): {detail}",
+                                       response.status_code)
+    try:
+        token = response.json().get("access_token")
+    except ValueError:
+        token = None
     if not isinstance(token, str):
-        raise AuthenticationError("the hub's token response has no access_token")
+        raise RemoteAnswerError("the hub's token response has no access_token")
     return token

@@ -1,0 +1,215 @@
+"""Talking to another hub over HTTP: discovery, its keys, (un)subscription requests, archive
+pages, the graph at a version, and bulk uploads. Services never build another hub's URLs or
+parse its answers themselves; every failure comes out as a `RemoteError` (errors.py).
+
+A mirror's client carries a session that keeps every connection to the outbound address
+policy (`lucid_hub.outbound`): the URLs it follows (discovery links, archive pages) are the
+publisher's to choose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import parse_qs, urlsplit
+
+import requests
+
+from lucid_hub import nesting
+from lucid_hub.client.tokens import client_credentials_token
+from lucid_hub.errors import (
+    InputError,
+    LucidError,
+    RemoteAnswerError,
+    RemoteRefusedError,
+    RemoteUnreachableError,
+)
+
+TIMEOUT = 30.0
+BULK_TIMEOUT = 3600.0  # a bulk upload or download of a large graph
+
+
+def same_origin(url: str, base: str) -> bool:
+    """Whether `url` is on the scheme, host and port of `base` (a hub's URL)."""
+    a, b = urlsplit(url), urlsplit(base)
+    try:
+        return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+    except ValueError:
+        return False
+
+
+def discover(url: str, http: requests.Session, token: str | None = None) -> tuple[str, str]:
+    """(hub URL, graph IRI) from a graph's URL by its `Link` headers (WebSub discovery)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = http.head(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
+        if response.status_code == 405:
+            response = http.get(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
+    except requests.RequestException as exc:
+        raise RemoteUnreachableError(f"cannot reach {url}: {exc}") from None
+    links = response.links
+    if "hub" not in links:
+        raise RemoteAnswerError(f"{url} names no WebSub hub (no Link rel=\"hub\"; status {response.status_code})")
+    self_url = links.get("self", {}).get("url", url)
+    graph = parse_qs(urlsplit(self_url).query).get("graph", [self_url])[0]
+    return links["hub"]["url"], graph
+
+
+def fetch_jwks(source: str, http: requests.Session) -> str:
+    """The text of a JWKS at a URL or in a file (InputError when it cannot be had: the
+    operator named it)."""
+    if source.startswith(("http://", "https://")):
+        try:
+            response = http.get(source, timeout=TIMEOUT)
+        except requests.RequestException as exc:
+            raise InputError(f"cannot fetch the publisher's keys from {source}: {exc}") from None
+        if response.status_code != 200:
+            raise InputError(f"cannot fetch the publisher's keys from {source}: HTTP {response.status_code}")
+        return response.text
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read the publisher's keys from {source}: {exc.strerror}") from None
+
+
+class HubClient:
+    """Another hub at `base` (its public URL), as one client of it."""
+
+    def __init__(self, base: str, http: requests.Session | None = None, token: str | None = None) -> None:
+        self.base = base.rstrip("/")
+        self.http: Any = http or requests
+        self.token = token
+
+    def authorize(self, client_id: str, secret: str, scope: str | None = None) -> str:
+        """Take a token by client credentials; later requests carry it."""
+        self.token = client_credentials_token(self.base, client_id, secret, scope, http=self.http)
+        return self.token
+
+    def _headers(self, **extra: str) -> dict[str, str]:
+        return {**({"Authorization": f"Bearer {self.token}"} if self.token else {}), **extra}
+
+    def _call(self, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+        try:
+            response: requests.Response = getattr(self.http, method)(url, **kwargs)
+            return response
+        except requests.RequestException as exc:
+            raise RemoteUnreachableError(f"cannot reach {what} {self.base}: {exc}") from None
+
+    # --- WebSub ------------------------------------------------------------------------
+    def hub_request(self, hub_url: str, form: dict[str, str]) -> None:
+        """A WebSub (un)subscription request; the hub must accept it (202)."""
+        try:
+            answer = self.http.post(hub_url, data=form, timeout=TIMEOUT, headers=self._headers())
+        except requests.RequestException as exc:
+            raise RemoteUnreachableError(f"cannot reach the hub {hub_url}: {exc}") from None
+        if answer.status_code != 202:
+            raise RemoteRefusedError(f"the hub refused to {form.get('hub.mode')} ({answer.status_code}): "
+                                     f"{answer.text.strip()[:300]}", answer.status_code)
+
+    # --- the archive and graphs --------------------------------------------------------
+    def archive_pages(self, graph: str, since: str | None) -> Iterator[dict[str, Any]]:
+        """The pages of the graph's archive after `since` (all for None), following `next`
+        links as long as they stay on this hub's origin. A missing `since` is a
+        RemoteRefusedError with status 404."""
+        url: str | None = f"{self.base}/patches"
+        params: dict[str, str] | None = {"graph": graph, **({"since": since} if since else {})}
+        while url:
+            answer = self._call("get", url, "the publisher", params=params, timeout=TIMEOUT,
+                                headers=self._headers(Accept="application/json"))
+            if answer.status_code != 200:
+                raise RemoteRefusedError(f"the publisher's archive answered {answer.status_code}: {answer.text[:300]}",
+                                         answer.status_code)
+            try:
+                page = nesting.loads(answer.content, "the publisher's archive page")
+            except LucidError as exc:
+                raise RemoteAnswerError(str(exc)) from None
+            if not isinstance(page, dict):
+                raise RemoteAnswerError("the publisher's archive page is not a JSON object")
+            yield page
+            url, params = page.get("next"), None
+            if url is not None and not (isinstance(url, str) and same_origin(url, self.base)):
+                raise RemoteAnswerError(f"the publisher's archive page links outside its archive: {str(url)[:200]}")
+
+    def graph_at(self, graph: str, version: str | None) -> bytes:
+        """The graph's content at `version` (its current one for None), as N-Triples."""
+        answer = self._call("get", f"{self.base}/graphs", "the publisher", timeout=TIMEOUT,
+                            params={"graph": graph, "version": version or ""},
+                            headers=self._headers(Accept="application/n-triples"))
+        if answer.status_code != 200:
+            raise RemoteRefusedError(f"the publisher's graph answered {answer.status_code}: {answer.text[:300]}",
+                                     answer.status_code)
+        return bytes(answer.content)
+
+    def may_read(self, graph: str) -> bool:
+        """Whether this client may read the graph now (False only on a 401 or 403)."""
+        answer = self._call("head", f"{self.base}/graphs", "the publisher", params={"graph": graph},
+                            timeout=TIMEOUT, headers=self._headers())
+        return answer.status_code not in (401, 403)
+
+    def download_graph(self, graph: str, path: Path) -> str | None:
+        """Write the graph's current content to `path` as N-Triples; its version (None, and an
+        empty file, for a graph the hub does not have yet)."""
+        try:
+            with self.http.get(f"{self.base}/graphs", params={"graph": graph}, stream=True, timeout=BULK_TIMEOUT,
+                               headers=self._headers(Accept="application/n-triples")) as current:
+                if current.status_code == 404:
+                    path.write_bytes(b"")
+                    return None
+                if current.status_code != 200:
+                    raise RemoteRefusedError(f"the hub answered {current.status_code} for <{graph}>: "
+                                             f"{current.text[:300]}", current.status_code)
+                with path.open("wb") as out:
+                    for chunk in current.iter_content(1 << 20):
+                        out.write(chunk)
+                return current.headers.get("ETag", "").strip('"') or None
+        except requests.RequestException as exc:
+            raise RemoteUnreachableError(f"cannot reach the hub at {self.base}: {exc}") from None
+
+    def put_graph(self, graph: str, raw: IO[bytes], size: int, media_type: str, message: str,
+                  progress: Callable[[int], None] = lambda _n: None,
+                  sent: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        """PUT a file as the graph's new content, streamed; the hub's JSON answer. `sent` is
+        called when the body is out (the hub then diffs and publishes)."""
+        try:
+            response = self.http.put(f"{self.base}/graphs", params={"graph": graph},
+                                     data=_UploadBody(raw, size, progress), timeout=BULK_TIMEOUT,
+                                     headers=self._headers(**{"Content-Type": media_type,
+                                                              "X-Lucid-Message": message}))
+            sent()
+        except requests.RequestException as exc:
+            raise RemoteUnreachableError(f"cannot reach the hub at {self.base}: {exc}") from None
+        if response.status_code >= 400:
+            raise RemoteRefusedError(f"the hub refused the publish ({response.status_code}): {response.text.strip()}",
+                                     response.status_code)
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def post_patch(self, graph: str, body: bytes, media_type: str, message: str) -> dict[str, Any]:
+        """POST an RDF Patch to the graph's archive; the hub's JSON answer (201)."""
+        try:
+            answer = self.http.post(f"{self.base}/patches", params={"graph": graph}, timeout=BULK_TIMEOUT, data=body,
+                                    headers=self._headers(**{"Content-Type": media_type,
+                                                             "X-Lucid-Message": message}))
+        except requests.RequestException as exc:
+            raise RemoteUnreachableError(f"cannot reach the hub at {self.base}: {exc}") from None
+        if answer.status_code != 201:
+            raise RemoteRefusedError(f"the hub refused the patch ({answer.status_code}): {answer.text.strip()[:300]}",
+                                     answer.status_code)
+        result: dict[str, Any] = answer.json()
+        return result
+
+
+class _UploadBody:
+    """A file streamed by requests (which sends Content-Length from len()), reporting progress."""
+
+    def __init__(self, raw: IO[bytes], size: int, progress: Callable[[int], None]) -> None:
+        self._raw, self._size, self._progress = raw, size, progress
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._progress(len(data))
+        return data
