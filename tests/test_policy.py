@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lucid_hub.errors import PolicyError
-from lucid_hub.policy.engine import PolicyEngine
+from lucid_hub.policy.engine import Party, PolicyEngine
 from lucid_hub.policy.model import ALL_GRAPHS, Condition, parse_turtle, to_turtle
 from lucid_hub.policy.policy_graph import POLICY_GRAPH, read_policy_dir
 
@@ -16,8 +16,8 @@ PREFIXES = "@prefix eccauth: <https://vocab.eccenca.com/auth/> .\n@prefix rdfs: 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def party(account: str = "acct", endpoint: str = "lc-1", *groups: str) -> tuple[str, str, frozenset[str]]:
-    return account, endpoint, frozenset(groups)
+def party(account: str = "acct", endpoint: str = "lc-1", *groups: str) -> Party:
+    return Party(account, endpoint, frozenset(groups))
 
 
 def test_shipped_policies_parse() -> None:
@@ -187,7 +187,7 @@ def test_two_hub_processes_on_one_database_lose_no_policy_edit(tmp_path: Path, d
         b.policies.create([Condition("urn:c:from-b", readGraph=("http://ex/other",))], "admin b")
         assert {c.iri for c in b.policies.conditions()} >= {"urn:c:from-a", "urn:c:from-b"}  # a's edit kept
         b.policies.refresh(every=0)
-        assert b.policies.decide(partner, g, "read")[0] is True
+        assert b.policies.decide(partner, g, "read").allowed is True
         a.policies.refresh(every=0)
         assert {c.iri for c in a.policies.conditions()} >= {"urn:c:from-a", "urn:c:from-b"}
 

@@ -586,6 +586,7 @@ def test_a_worker_delivers_from_the_kafka_log(tmp_path: Path, kafka_bootstrap: s
 
 def test_a_workers_policies_answer_concurrent_first_decisions_alike(ws_hub: RunningHub) -> None:
     """Delivery threads decide at once on a fresh worker: none may see the conditions half loaded."""
+    from lucid_hub.policy.engine import Party
     from lucid_hub.policy.policy_graph import ArchivePolicies
 
     grant(ws_hub)
@@ -595,7 +596,7 @@ def test_a_workers_policies_answer_concurrent_first_decisions_alike(ws_hub: Runn
 
     def decide() -> None:
         start.wait()
-        answers.append(policies.decide(("acme", "acme", frozenset({"partner"})), G, "read")[0])
+        answers.append(policies.decide(Party("acme", "acme", frozenset({"partner"})), G, "read").allowed)
 
     threads = [threading.Thread(target=decide) for _ in range(12)]
     for thread in threads:

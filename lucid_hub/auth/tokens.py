@@ -29,6 +29,7 @@ from lucid_hub.auth.clients import ClientRecord
 from lucid_hub.db.models import RevokedToken
 from lucid_hub.db.session import Database
 from lucid_hub.errors import AuthenticationError, ConfigError, InputError
+from lucid_hub.policy.engine import Party
 from lucid_hub.signing import ALGORITHM, VERIFY_ALGORITHMS, KeyRing
 
 EXTERNAL_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "Ed25519", "EdDSA"]
@@ -52,9 +53,9 @@ class Principal:
     claims: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
-    def key(self) -> tuple[str, str, frozenset[str]]:
+    def party(self) -> Party:
         """What access decisions depend on (tokens of one party share cached decisions)."""
-        return self.account, self.endpoint_id, self.groups
+        return Party(self.account, self.endpoint_id, self.groups)
 
     def check_client(self, client: ClientRecord) -> bool:
         """authlib (revocation, introspection): was this token issued to `client`?"""

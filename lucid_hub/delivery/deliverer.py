@@ -40,7 +40,7 @@ from lucid_hub.hub.callbacks import parse_cidrs
 from lucid_hub.hub.protocol import MEDIA_TYPES
 from lucid_hub.metrics import Metrics
 from lucid_hub.outbound import AddressPolicy
-from lucid_hub.policy.engine import Action, Party
+from lucid_hub.policy.engine import Action, Decision, Party
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -184,7 +184,7 @@ def _spans(rows: Any) -> list[tuple[str, int, int]]:
 
 
 class Decider(Protocol):
-    def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]: ...
+    def decide(self, party: Party, graph: str, action: Action) -> Decision: ...
 
 
 class Deliverer:
@@ -342,7 +342,7 @@ class Deliverer:
                     break
                 pending.append(patch)
             tasks.append(_Task(r.id, r.graph, r.callback, r.secret, r.media_type,
-                               (r.account, r.endpoint_id, frozenset(r.groups.split())), r.delivered_seq,
+                               Party(r.account, r.endpoint_id, frozenset(r.groups.split())), r.delivered_seq,
                                r.attempts, pending, lanes[r.id], callback_host(r.callback)))
         with self._lock:
             self._in_flight.update(task.sid for task in tasks)
@@ -396,10 +396,10 @@ class Deliverer:
                 if not self._extend_claim(task.sid):
                     return
                 claimed = time.monotonic()
-            allowed, reason, _request_id = self.policies.decide(task.party, task.graph, "read")
-            if not allowed:
+            decision = self.policies.decide(task.party, task.graph, "read")
+            if not decision.allowed:
                 self.metrics.deliveries.labels("denied").inc()
-                outcome.cancelled = reason  # the callback is told once that is recorded
+                outcome.cancelled = decision.reason  # the callback is told once that is recorded
                 return
             posted = time.perf_counter()
             status, error = self._post(task.callback, task.graph, task.media_type, task.secret, patch.id,

@@ -1,6 +1,7 @@
 """Access decisions: may this party read (or write) this graph? Compiled per party, cached.
 
-A party is (account, endpoint id, groups). For a party seen before, a decision is two
+A party is an account, the endpoint (OAuth client) it acts through, and its groups. For a
+party seen before, a decision is two
 dictionary lookups; every policy change replaces the engine's state, so the next request
 is decided on the new conditions.
 """
@@ -15,9 +16,20 @@ from typing import Literal
 from lucid_hub.policy.model import ALL_GRAPHS_ALIASES, Condition
 
 Action = Literal["read", "write"]
-Party = tuple[str, str, frozenset[str]]  # account, endpoint id, groups
 RESERVED_PREFIX = "urn:lucid-hub:"  # the hub's own graphs (the policy graph): never granted
 CACHE_LIMIT = 200_000
+
+
+@dataclass(frozen=True)
+class Party:
+    """Who asks: what access decisions depend on (tokens of one party share cached decisions)."""
+
+    account: str
+    endpoint_id: str
+    groups: frozenset[str] = frozenset()
+
+    def describe(self) -> dict[str, object]:
+        return {"account": self.account, "endpoint_id": self.endpoint_id, "groups": sorted(self.groups)}
 
 
 @dataclass(frozen=True)
@@ -44,15 +56,17 @@ class Access:
 
 @dataclass(frozen=True)
 class Decision:
+    """An access decision, with its reason; a denial a hub recorded has its request id."""
+
     allowed: bool
     reason: str
+    request_id: str | None = None
 
 
 def applies(condition: Condition, party: Party) -> bool:
-    account, endpoint, groups = party
-    return (all(g in groups for g in condition.requiresGroup)
-            and all(a == account for a in condition.requiresAccount)
-            and all(e == endpoint for e in condition.requiresEndpointId))
+    return (all(g in party.groups for g in condition.requiresGroup)
+            and all(a == party.account for a in condition.requiresAccount)
+            and all(e == party.endpoint_id for e in condition.requiresEndpointId))
 
 
 def grants(condition: Condition, graph: str, action: Action) -> bool:
@@ -79,9 +93,8 @@ def compile_access(conditions: Iterable[Condition], party: Party) -> Access:
 
 
 def describe(party: Party) -> str:
-    account, endpoint, groups = party
-    group_text = ", ".join(sorted(groups)) or "none"
-    return f"account {account!r} (endpoint {endpoint!r}, groups: {group_text})"
+    group_text = ", ".join(sorted(party.groups)) or "none"
+    return f"account {party.account!r} (endpoint {party.endpoint_id!r}, groups: {group_text})"
 
 
 class PolicyEngine:
@@ -132,8 +145,7 @@ class PolicyEngine:
             rows.append({"condition": c.iri, "label": c.label, "applies": applies(c, party),
                          "requires": c.requirements, "grants": grants(c, graph, action)})
         decision = self.decide(party, graph, action)
-        return {"allowed": decision.allowed, "reason": decision.reason, "party": {
-            "account": party[0], "endpoint_id": party[1], "groups": sorted(party[2])},
+        return {"allowed": decision.allowed, "reason": decision.reason, "party": party.describe(),
             "graph": graph, "action": action,
             "granting": [r["condition"] for r in rows if r["applies"] and r["grants"]],
             "conditions": [r for r in rows if r["applies"] or r["grants"]]}
@@ -147,7 +159,7 @@ class PolicyEngine:
     def what_may(self, party: Party) -> dict[str, object]:
         """What a party may read and write: graphs, patterns, and whether all graphs."""
         a = self.access(party)
-        return {"party": {"account": party[0], "endpoint_id": party[1], "groups": sorted(party[2])},
+        return {"party": party.describe(),
                 "conditions": list(a.conditions), "all_graphs": "write" if a.all_write else
                 ("read" if a.all_read else None), "read": sorted(a.read), "write": sorted(a.write),
                 "read_patterns": [p + "*" for p in a.read_prefixes],

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +23,7 @@ from lucid_hub.archive import Archive, Precondition, at_version
 from lucid_hub.db.models import Denial, HubState
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConflictError, LucidError, NotFoundError, PolicyError, PreconditionFailedError
-from lucid_hub.policy.engine import Action, Party, PolicyEngine
+from lucid_hub.policy.engine import Action, Decision, Party, PolicyEngine
 from lucid_hub.policy.model import Condition, conditions_from_quads, parse_turtle
 from lucid_hub.rdf.apply import apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
@@ -183,12 +184,12 @@ class PolicyService:
             self._head = patch.id
 
     # --- decisions and explanations ---------------------------------------------------
-    def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]:
-        """(allowed, reason, request id of a recorded denial)."""
+    def decide(self, party: Party, graph: str, action: Action) -> Decision:
+        """The decision; a denial is recorded, under the request id the decision carries."""
         self.refresh()
         decision = self.engine.decide(party, graph, action)
         if decision.allowed:
-            return True, decision.reason, None
+            return decision
         request_id = uuid.uuid4().hex
         body = {"request_id": request_id, "time": time.time(), **self.engine.why(party, graph, action)}
         now = datetime.now(UTC)
@@ -197,7 +198,13 @@ class PolicyService:
             self._recorded += 1
             if self._recorded % PRUNE_EVERY == 0:
                 session.execute(delete(Denial).where(Denial.created_at < now - timedelta(days=DENIAL_DAYS)))
-        return False, decision.reason, request_id
+        return Decision(False, decision.reason, request_id)
+
+    def readable(self, party: Party, graphs: Iterable[str]) -> list[str]:
+        """The graphs among `graphs` the party may read (the hub's own graphs never): what a
+        SPARQL query's dataset is made of. Allowed reads are not recorded, so no denial is."""
+        self.refresh()
+        return [g for g in graphs if self.engine.decide(party, g, "read").allowed]
 
     def denial(self, request_id: str) -> dict[str, Any]:
         with self.db.session() as session:
@@ -261,7 +268,6 @@ class ArchivePolicies:
                 self.engine.replace(conditions)
             self._checked = time.monotonic()
 
-    def decide(self, party: Party, graph: str, action: Action) -> tuple[bool, str, str | None]:
+    def decide(self, party: Party, graph: str, action: Action) -> Decision:
         self.refresh()
-        decision = self.engine.decide(party, graph, action)
-        return decision.allowed, decision.reason, None
+        return self.engine.decide(party, graph, action)

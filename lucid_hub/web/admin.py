@@ -109,7 +109,7 @@ def _party_of_client(client_id: str) -> Party:
     client = runtime().clients.get(client_id)
     if client is None:
         raise NotFoundError(f"unknown client {client_id}")
-    return client.client_id, client.client_id, frozenset(client.groups)
+    return Party(client.client_id, client.client_id, frozenset(client.groups))
 
 
 def explain(args: Any) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def explain(args: Any) -> dict[str, Any]:
     if args.get("client"):
         party = _party_of_client(args["client"])
     elif args.get("account"):
-        party = (args["account"], args.get("endpoint") or args["account"], frozenset(args.getlist("group")))
+        party = Party(args["account"], args.get("endpoint") or args["account"], frozenset(args.getlist("group")))
     graph = args.get("graph")
     if party and graph:
         return policies.engine.why(party, graph, action)

@@ -5,18 +5,18 @@ from __future__ import annotations
 from flask import Flask
 
 from lucid_hub.config import Settings
-from lucid_hub.runtime import Runtime
 from lucid_hub.web import admin, archive, errors, graphs, headers, mirrors, oauth, ops, sparql, websub
 from lucid_hub.web.bodies import BoundedRequest
+from lucid_hub.web.parts import HubParts
 
 
-def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
-    """A hub app; it opens (and owns) a Runtime unless one is given."""
-    settings = settings or Settings.from_env()
+def create_app(settings: Settings, runtime: HubParts) -> Flask:
+    """The app of a hub whose parts the composition root opened (lucid_hub.runtime); the
+    caller closes them."""
     app = Flask("lucid_hub")
     app.request_class = BoundedRequest
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.extensions["lucid"] = runtime or Runtime.open(settings)
+    app.extensions["lucid"] = runtime
     errors.register(app)
     headers.register(app)
     ops.init_request_observation(app)

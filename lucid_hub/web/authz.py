@@ -43,9 +43,9 @@ def require_scope(scope: str) -> Principal:
 def require_graph(graph: str, action: Action) -> Principal:
     """The caller, when it may `action` the graph: scope graphs:read/write and a condition."""
     caller = require_scope("graphs:write" if action == "write" else "graphs:read")
-    allowed, reason, request_id = runtime().policies.decide(caller.key, graph, action)
-    if not allowed:
-        raise ForbiddenError(f"{reason} (request {request_id})", request_id=request_id)
+    decision = runtime().policies.decide(caller.party, graph, action)
+    if not decision.allowed:
+        raise ForbiddenError(f"{decision.reason} (request {decision.request_id})", request_id=decision.request_id)
     return caller
 
 

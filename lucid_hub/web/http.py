@@ -12,7 +12,7 @@ from lucid_hub import mediatypes, nesting, resources
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.networks import client_address
 from lucid_hub.rdf.syntax import read_quads
-from lucid_hub.runtime import Runtime
+from lucid_hub.web.parts import HubParts
 
 RDF_MEDIA_TYPES = {
     "text/turtle": ox.RdfFormat.TURTLE,
@@ -24,8 +24,9 @@ RDF_MEDIA_TYPES = {
 MESSAGE_HEADER = "X-Lucid-Message"
 
 
-def runtime() -> Runtime:
-    rt: Runtime = current_app.extensions["lucid"]
+def runtime() -> HubParts:
+    """The parts of the hub this app serves."""
+    rt: HubParts = current_app.extensions["lucid"]
     return rt
 
 

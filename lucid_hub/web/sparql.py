@@ -14,9 +14,9 @@ import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.errors import InputError, InputTooLargeError, UnsupportedMediaTypeError
+from lucid_hub.policy.engine import Party
 from lucid_hub.publish.update import run_update
 from lucid_hub.rdf.syntax import serialize
-from lucid_hub.store.graphs import RESERVED_PREFIX
 from lucid_hub.web.authz import author, require_graph, require_scope
 from lucid_hub.web.http import RDF_MEDIA_TYPES, message, negotiate, patch_url, runtime
 
@@ -80,11 +80,10 @@ def sparql_post() -> Response:
                                     "application/sparql-update, or either as a form (query= or update=)")
 
 
-def _readable(party: Any) -> list[str]:
+def _readable(party: Party) -> list[str]:
     rt = runtime()
     # (another process of this hub, or another hub on the database, may have published)
-    return [iri for iri in rt.publisher.sync_all() if not iri.startswith(RESERVED_PREFIX)
-            and rt.policies.decide(party, iri, "read")[0]]
+    return rt.policies.readable(party, rt.publisher.sync_all())
 
 
 def _query(text: str, params: Any) -> Response:
@@ -99,7 +98,7 @@ def _query(text: str, params: Any) -> Response:
         raise InputError("using-graph-uri and using-named-graph-uri belong to updates; a query's dataset is "
                          "default-graph-uri and named-graph-uri")
     media_type, body = rt.sparql.query(
-        text, party=caller.key, readable=_readable(caller.key), default=_iris(params, "default-graph-uri"),
+        text, party=caller.party, readable=_readable(caller.party), default=_iris(params, "default-graph-uri"),
         named=_iris(params, "named-graph-uri"), accept=request.headers.get("Accept"))
     return Response(body, mimetype=media_type, headers={"Vary": "Accept"})
 
@@ -115,7 +114,7 @@ def _update(text: str, params: Any) -> Response:
     def may_write(graph: str) -> None:
         require_graph(graph, "write")
 
-    patches = run_update(rt.publisher, rt.sparql, text, party=caller.key, readable=_readable(caller.key),
+    patches = run_update(rt.publisher, rt.sparql, text, party=caller.party, readable=_readable(caller.party),
                          may_write=may_write, author=author(), message=message(),
                          using=_iris(params, "using-graph-uri"), using_named=_iris(params, "using-named-graph-uri"))
     return jsonify({"patches": [{"graph": p.graph, "patch": p.id, "url": patch_url(p.id), "removed": len(p.removed),

@@ -53,10 +53,11 @@ def hub() -> Response:
     check_callback(callback, client.callback_prefixes if client else (), dev_mode=settings.dev_mode,
                    allowed=runtime().hub.allowed)
     if mode == "subscribe":
-        allowed, reason, request_id = runtime().policies.decide(caller.key, graph, "read")
-        if not allowed:
-            runtime().hub.deny(callback, topic, reason)
-            raise ForbiddenError(f"{reason} (request {request_id})", request_id=request_id)
+        decision = runtime().policies.decide(caller.party, graph, "read")
+        if not decision.allowed:
+            runtime().hub.deny(callback, topic, decision.reason)
+            raise ForbiddenError(f"{decision.reason} (request {decision.request_id})",
+                                 request_id=decision.request_id)
     if not _known(graph):
         raise NotFoundError(f"unknown topic: this hub has no graph <{graph}>")
     runtime().hub.accept(Request(mode, graph, topic, callback, lease, secret, media_type, caller.account,

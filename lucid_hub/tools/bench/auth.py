@@ -65,7 +65,7 @@ def run(conditions: int, graphs: int, clients: int, requests: int, seed: int) ->
 
         def request(token: str, graph: str) -> bool:
             caller = tokens.validate(token)
-            return engine.decide(caller.key, graph, "read").allowed
+            return engine.decide(caller.party, graph, "read").allowed
 
         cold = []
         for token in tokens_list:  # first sight of each token: signature, claims, party compiled
@@ -82,7 +82,7 @@ def run(conditions: int, graphs: int, clients: int, requests: int, seed: int) ->
             warm.append(time.perf_counter() - t0)
 
         naive = []
-        parties = {t: tokens.validate(t).key for t in tokens_list}
+        parties = {t: tokens.validate(t).party for t in tokens_list}
         for token, graph in work[: max(1, requests // 20)]:
             t0 = time.perf_counter()
             caller = tokens.validate(token)
@@ -93,9 +93,9 @@ def run(conditions: int, graphs: int, clients: int, requests: int, seed: int) ->
 
         # a policy change takes effect for the next request
         token, graph = next((t, g) for t, g in work if not request(t, g))
-        party = tokens.validate(token).key
+        party = tokens.validate(token).party
         t0 = time.perf_counter()
-        engine.replace([*policy, Condition("urn:bench:new", requiresGroup=tuple(sorted(party[2]))[:1],
+        engine.replace([*policy, Condition("urn:bench:new", requiresGroup=tuple(sorted(party.groups))[:1],
                                            readGraph=(graph,))])
         changed = request(token, graph)
         change_s = time.perf_counter() - t0

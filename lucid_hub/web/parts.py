@@ -1,0 +1,46 @@
+"""What the web layer uses of a running hub: the parts the composition root (`runtime.py`)
+builds and hands to `create_app`. A port, so that the surfaces never import the root."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from lucid_hub.archive import Archive
+from lucid_hub.auth import ClientRegistry, TokenService
+from lucid_hub.config import Settings
+from lucid_hub.db.session import Database
+from lucid_hub.delivery.deliverer import Deliverer
+from lucid_hub.hub import WebSubHub
+from lucid_hub.log import PatchLog
+from lucid_hub.metrics import Metrics
+from lucid_hub.mirror import MirrorService
+from lucid_hub.policy.policy_graph import PolicyService
+from lucid_hub.publish import Publisher
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.signing import KeyRing
+from lucid_hub.store.sparql import SparqlGuard
+
+
+class HubParts(Protocol):
+    """The parts of one hub a request may use (`lucid_hub.runtime.Runtime` is the one)."""
+
+    settings: Settings
+    db: Database
+    archive: Archive
+    keys: KeyRing
+    canonicalizer: Canonicalizer
+    publisher: Publisher
+    clients: ClientRegistry
+    tokens: TokenService
+    policies: PolicyService
+    metrics: Metrics
+    sparql: SparqlGuard
+    log: PatchLog
+    mirrors: MirrorService
+    hub: WebSubHub
+    delivery: Deliverer
+    leader: bool
+
+    def start_delivery(self, run: bool = True) -> None: ...
+
+    def start_metrics_listener(self) -> None: ...
