@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from lucid_hub.archive import Archive
 from lucid_hub.auth import ClientRegistry, TokenService
@@ -54,7 +54,7 @@ class Runtime:
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
-    metrics_listener: Any = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
+    metrics_listener: WSGIServer | None = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
 
     def start_metrics_listener(self) -> None:
         """/metrics on LUCID_METRICS_PORT, apart from the API port (see web.ops.metrics)."""
@@ -102,7 +102,8 @@ class Runtime:
         publisher = Publisher(archive, store, patch_log, key, canonicalizer, trusted_keys,
                               cache_statements=settings.msg_cache_statements, metrics=metrics,
                               lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
-                              patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce)
+                              patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce,
+                              relay=slot == 0)  # one relay keeps each graph's order in the log
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, archive, publisher, canonicalizer, trusted_keys)
@@ -114,7 +115,6 @@ class Runtime:
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
                       hub, delivery, leader=slot == 0)
-        publisher.relay_enabled = runtime.leader  # one relay keeps each graph's order in the log
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         try:

@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from lucid_hub.diff.local import diff_graph
 from lucid_hub.errors import ChainError, PatchApplyError
-from lucid_hub.rdf.apply import GraphReplica
+from lucid_hub.rdf.apply import GraphReplica, apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
+from lucid_hub.rdf.statements import statement_quads
 from lucid_hub.store import GraphStore
 from tests.conftest import parse_nt, whole_canonical
 
@@ -104,3 +106,28 @@ def test_replica_and_store_agree_on_occurrences_through_a_format_2_chain(canonic
         assert sorted(replica.statements()) == sorted(store.statements(G))
         for msg in {*patch.removed, *patch.added}:
             assert sorted(replica.held(msg.hash)) == sorted(store.held(G, msg.hash))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(copies, min_size=1, max_size=5))
+def test_msg_multiset_follows_a_chain_as_the_replica_does(canonicalizer: Canonicalizer,
+                                                          versions: list[list[str]]) -> None:
+    """apply_to_msgs (the publisher's cache, the policy graph) and GraphReplica (labelled
+    content) reach the same MSG multiset through any chain, repeated copies included; and
+    that multiset is the one the last version decomposes into."""
+    replica = GraphReplica([], canonicalizer)
+    msgs = GraphMsgs()
+    previous: list[ox.Quad] = []
+    for version in versions:
+        text = f'<http://ex/o> <http://ex/lines> "{len(version)}" .\n' + "".join(  # a ground triple too
+            f'<http://ex/o> <http://ex/line> _:n{i} .\n{copy.replace("_:x", f"_:n{i}")}\n' for i, copy in enumerate(version))
+        current = parse_nt(text)
+        change = diff_graph(previous, current, G, canonicalizer)
+        previous = current
+        if change.is_empty:
+            continue
+        patch = change.to_patch(replica.version, held=replica.held)
+        replica.apply(patch)
+        apply_to_msgs(msgs, patch)
+        assert msgs.hashes() == graph_msgs(statement_quads(replica.statements()), canonicalizer).hashes()
+    assert msgs.hashes() == graph_msgs(previous, canonicalizer).hashes()

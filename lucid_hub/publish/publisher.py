@@ -146,10 +146,12 @@ class Publisher:
                  cache_statements: int = 2_000_000, metrics: Metrics | None = None,
                  lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT,
                  read_only: Callable[[str], bool] = lambda _graph: False,
-                 announce: Callable[[Patch], None] = lambda _patch: None) -> None:
+                 announce: Callable[[Patch], None] = lambda _patch: None, relay: bool = True) -> None:
         """`read_only` says which graphs change only through another hub (mirrors: local
         changes are refused); `announce` hears of each archived patch (the patch stream's
-        announce: it must not raise or block)."""
+        announce: it must not raise or block); `relay`: this process moves outbox rows to
+        the log (with several processes of one hub, only one does, or two could append a
+        graph's patches out of order)."""
         self.archive = archive
         self.metrics = metrics or Metrics()
         self.patch_format = patch_format  # of the patches this hub makes (its partners read it)
@@ -171,9 +173,7 @@ class Publisher:
         self.lock_dir = lock_dir
         self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._stripe_files: dict[int, Any] = {}
-        # Whether this process moves outbox rows to the log: with several processes of one hub,
-        # only one does, or two could append a graph's patches out of order.
-        self.relay_enabled = True
+        self.relay_enabled = relay
 
     def _held(self, graph: str) -> Callable[[str], Iterable[int]] | None:
         """For a format-2 patch of `graph`: the occurrences of an MSG its store holds."""

@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import pyoxigraph as ox
 
 from lucid_hub.diff import GraphChange
 from lucid_hub.errors import ConflictError, InputError
+from lucid_hub.policy.engine import Party
 from lucid_hub.publish.publisher import GraphView, Publisher, StaleChange
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs, Msg, by_hash, graph_msgs
@@ -33,7 +33,7 @@ UPDATE_ATTEMPTS = 3
 _SKOLEM = re.compile(r"<urn:lucid-hub:bnode:([0-9a-f]+)\.(\d+)>")
 
 
-def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: Any, readable: list[str],
+def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: Party, readable: list[str],
                may_write: Callable[[str], None], author: str, message: str, using: list[str] | None = None,
                using_named: list[str] | None = None) -> list[Patch]:
     """Evaluate and publish an update; the patches made (none if it changed nothing).

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +65,7 @@ class SparqlGuard:
 
     # --- the pool ----------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _worker(self, party: Any, deadline: float) -> Iterator[GuardProcess]:
+    def _worker(self, party: Hashable, deadline: float) -> Iterator[GuardProcess]:
         with self._cond:
             while True:
                 if self._closed:
@@ -124,7 +124,7 @@ class SparqlGuard:
                 worker.kill()
 
     # --- requests ----------------------------------------------------------------------------
-    def query(self, text: str, *, party: Any, readable: list[str], default: list[str] | None,
+    def query(self, text: str, *, party: Hashable, readable: list[str], default: list[str] | None,
               named: list[str] | None, accept: str | None) -> tuple[str, bytes]:
         """(media type, serialised result) of a query over the graphs in `readable`; the
         protocol's dataset (`default`, `named`) when given, else the query's FROM clauses,
@@ -141,7 +141,7 @@ class SparqlGuard:
                 snapshot.release()
         return str(answer.header["media_type"]), answer.body
 
-    def update(self, text: str, *, party: Any, readable: list[str], authorize: Callable[[list[str]], None],
+    def update(self, text: str, *, party: Hashable, readable: list[str], authorize: Callable[[list[str]], None],
                using: list[str] | None = None, using_named: list[str] | None = None) -> dict[str, GraphEdit]:
         """Evaluate an update into each written graph's removals and additions.
 
