@@ -111,4 +111,9 @@ class PatchStream:
             now = self._generation
             if now - generation > len(self._recent):
                 return now, None
-            return now, {graph for g, graph in self._recent if g > generation}
+            graphs = set()
+            for g, graph in reversed(self._recent):  # the newest first: read only what is new
+                if g <= generation:
+                    break
+                graphs.add(graph)
+            return now, graphs
