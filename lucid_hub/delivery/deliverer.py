@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol, cast
 
 import urllib3
@@ -34,6 +34,7 @@ from lucid_hub.archive import Archive, ChainLink
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Subscription
 from lucid_hub.db.session import Database
+from lucid_hub.db.times import aware, now
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
 from lucid_hub.errors import InputError, NotFoundError
 from lucid_hub.hub.callbacks import parse_cidrs
@@ -54,12 +55,6 @@ CANDIDATES = 1000  # due subscriptions a round considers (those it cannot start 
 SUBS = cast(Table, Subscription.__table__)
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)  # SQLite returns naive datetimes
 
 
 @dataclass
@@ -449,7 +444,7 @@ class Deliverer:
                     row.delivered_seq = self.archive.position(from_patch, row.graph) - 1
                 except NotFoundError:
                     raise InputError(f"patch {from_patch} is not in the history of <{row.graph}>") from None
-            if _aware(row.lease_expires_at) <= now():
+            if aware(row.lease_expires_at) <= now():
                 raise InputError("the subscription's lease has ended; the subscriber must subscribe again")
             row.state, row.attempts, row.next_attempt_at = "active", 0, now()
         self._wake.set()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -16,6 +16,7 @@ from lucid_hub.archive import Archive
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Subscription
 from lucid_hub.db.session import Database
+from lucid_hub.db.times import aware, now
 from lucid_hub.errors import ForbiddenError, NotFoundError
 from lucid_hub.hub.notices import CallbackNotices
 from lucid_hub.hub.protocol import NotYoursError, Request
@@ -23,12 +24,6 @@ from lucid_hub.hub.protocol import NotYoursError, Request
 log = logging.getLogger(__name__)
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)  # SQLite returns naive datetimes
 
 
 class WebSubHub:
@@ -131,10 +126,10 @@ class WebSubHub:
                                    .order_by(Subscription.id)).all()
             return [{"id": s.id, "graph": s.graph, "callback": s.callback, "account": s.account,
                      "endpoint_id": s.endpoint_id, "state": s.state, "media_type": s.media_type,
-                     "lease_expires_at": _aware(s.lease_expires_at).isoformat(),
+                     "lease_expires_at": aware(s.lease_expires_at).isoformat(),
                      "lag": max((length or 0) - s.delivered_seq, 0), "delivered": s.delivered_total,
                      "failures": s.failures_total, "attempts": s.attempts, "last_error": s.last_error,
-                     "last_success_at": _aware(s.last_success_at).isoformat() if s.last_success_at else None,
+                     "last_success_at": aware(s.last_success_at).isoformat() if s.last_success_at else None,
                      "signed": bool(s.secret)} for s, length in rows]
 
     def cancel(self, sid: int, reason: str) -> None:

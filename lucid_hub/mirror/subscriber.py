@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -36,6 +36,7 @@ from lucid_hub.client import HubClient, client_credentials_token, discover, fetc
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Mirror, Quarantined
 from lucid_hub.db.session import Database
+from lucid_hub.db.times import aware, iso, now
 from lucid_hub.errors import (
     ConfigError,
     ConflictError,
@@ -58,19 +59,6 @@ from lucid_hub.stream import PatchStream
 log = logging.getLogger(__name__)
 SCOPE = "hub:subscribe graphs:read"
 RETRY_SECONDS = 60.0  # a (re)subscription not verified by then is asked for again
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)  # SQLite: naive
-
-
-def _iso(value: datetime | None) -> str | None:
-    aware = _aware(value)
-    return aware.isoformat() if aware is not None else None
 
 
 def _http(policy: AddressPolicy) -> requests.Session:
@@ -180,7 +168,7 @@ def trust_mirror(db: Database, mirror: str, source: str, *, policy: AddressPolic
 def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from: str | None = None) -> dict[str, Any]:
     """What lists and the admin API show of a mirror (never its secrets)."""
     out = {"id": row.id, "graph": row.graph, "hub": row.hub_url, "client_id": row.client_id, "state": row.state,
-           "head": head, "length": length, "lease_expires_at": _iso(row.lease_expires_at),
+           "head": head, "length": length, "lease_expires_at": iso(row.lease_expires_at),
            "applied": row.applied_total, "quarantined": row.quarantined_total,
            "hmac_failures": row.hmac_failures_total, "last_error": row.last_error,
            "keys": [k.get("kid") for k in json.loads(row.jwks).get("keys", [])]}
@@ -292,7 +280,8 @@ class MirrorService:
         catch each active mirror up once after start (it may have missed patches while down)."""
         caught_up = caught_up if caught_up is not None else set()
         with self.db.session() as session:
-            rows = [(r.id, r.state, _aware(r.renew_at), r.jwks) for r in session.scalars(select(Mirror))]
+            rows = [(r.id, r.state, aware(r.renew_at) if r.renew_at is not None else None, r.jwks)
+                    for r in session.scalars(select(Mirror))]
         self.mirrored.refresh()
         for mirror_id, state, renew_at, jwks in rows:
             if self._stop.is_set():
