@@ -89,20 +89,19 @@ class HubClient:
     def _headers(self, **extra: str) -> dict[str, str]:
         return {**({"Authorization": f"Bearer {self.token}"} if self.token else {}), **extra}
 
-    def _call(self, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+    def _call(self, method: str, url: str, where: str, **kwargs: Any) -> requests.Response:
+        """One HTTP request; RemoteUnreachableError naming `where` when it gets no answer."""
         try:
             response: requests.Response = getattr(self.http, method)(url, **kwargs)
             return response
         except requests.RequestException as exc:
-            raise RemoteUnreachableError(f"cannot reach {what} {self.base}: {exc}") from None
+            raise RemoteUnreachableError(f"cannot reach {where}: {exc}") from None
 
     # --- WebSub ------------------------------------------------------------------------
     def hub_request(self, hub_url: str, form: dict[str, str]) -> None:
         """A WebSub (un)subscription request; the hub must accept it (202)."""
-        try:
-            answer = self.http.post(hub_url, data=form, timeout=TIMEOUT, headers=self._headers())
-        except requests.RequestException as exc:
-            raise RemoteUnreachableError(f"cannot reach the hub {hub_url}: {exc}") from None
+        answer = self._call("post", hub_url, f"the hub {hub_url}", data=form, timeout=TIMEOUT,
+                            headers=self._headers())
         if answer.status_code != 202:
             raise RemoteRefusedError(f"the hub refused to {form.get('hub.mode')} ({answer.status_code}): "
                                      f"{answer.text.strip()[:300]}", answer.status_code)
@@ -115,7 +114,7 @@ class HubClient:
         url: str | None = f"{self.base}/patches"
         params: dict[str, str] | None = {"graph": graph, **({"since": since} if since else {})}
         while url:
-            answer = self._call("get", url, "the publisher", params=params, timeout=TIMEOUT,
+            answer = self._call("get", url, f"the publisher {self.base}", params=params, timeout=TIMEOUT,
                                 headers=self._headers(Accept="application/json"))
             if answer.status_code != 200:
                 raise RemoteRefusedError(f"the publisher's archive answered {answer.status_code}: {answer.text[:300]}",
@@ -133,7 +132,7 @@ class HubClient:
 
     def graph_at(self, graph: str, version: str | None) -> bytes:
         """The graph's content at `version` (its current one for None), as N-Triples."""
-        answer = self._call("get", f"{self.base}/graphs", "the publisher", timeout=TIMEOUT,
+        answer = self._call("get", f"{self.base}/graphs", f"the publisher {self.base}", timeout=TIMEOUT,
                             params={"graph": graph, "version": version or ""},
                             headers=self._headers(Accept="application/n-triples"))
         if answer.status_code != 200:
@@ -143,7 +142,7 @@ class HubClient:
 
     def may_read(self, graph: str) -> bool:
         """Whether this client may read the graph now (False only on a 401 or 403)."""
-        answer = self._call("head", f"{self.base}/graphs", "the publisher", params={"graph": graph},
+        answer = self._call("head", f"{self.base}/graphs", f"the publisher {self.base}", params={"graph": graph},
                             timeout=TIMEOUT, headers=self._headers())
         return answer.status_code not in (401, 403)
 
@@ -171,14 +170,10 @@ class HubClient:
                   sent: Callable[[], None] = lambda: None) -> dict[str, Any]:
         """PUT a file as the graph's new content, streamed; the hub's JSON answer. `sent` is
         called when the body is out (the hub then diffs and publishes)."""
-        try:
-            response = self.http.put(f"{self.base}/graphs", params={"graph": graph},
-                                     data=_UploadBody(raw, size, progress), timeout=BULK_TIMEOUT,
-                                     headers=self._headers(**{"Content-Type": media_type,
-                                                              "X-Lucid-Message": message}))
-            sent()
-        except requests.RequestException as exc:
-            raise RemoteUnreachableError(f"cannot reach the hub at {self.base}: {exc}") from None
+        response = self._call("put", f"{self.base}/graphs", f"the hub at {self.base}", params={"graph": graph},
+                              data=_UploadBody(raw, size, progress), timeout=BULK_TIMEOUT,
+                              headers=self._headers(**{"Content-Type": media_type, "X-Lucid-Message": message}))
+        sent()
         if response.status_code >= 400:
             raise RemoteRefusedError(f"the hub refused the publish ({response.status_code}): {response.text.strip()}",
                                      response.status_code)
@@ -187,12 +182,9 @@ class HubClient:
 
     def post_patch(self, graph: str, body: bytes, media_type: str, message: str) -> dict[str, Any]:
         """POST an RDF Patch to the graph's archive; the hub's JSON answer (201)."""
-        try:
-            answer = self.http.post(f"{self.base}/patches", params={"graph": graph}, timeout=BULK_TIMEOUT, data=body,
-                                    headers=self._headers(**{"Content-Type": media_type,
-                                                             "X-Lucid-Message": message}))
-        except requests.RequestException as exc:
-            raise RemoteUnreachableError(f"cannot reach the hub at {self.base}: {exc}") from None
+        answer = self._call("post", f"{self.base}/patches", f"the hub at {self.base}", params={"graph": graph},
+                            timeout=BULK_TIMEOUT, data=body,
+                            headers=self._headers(**{"Content-Type": media_type, "X-Lucid-Message": message}))
         if answer.status_code != 201:
             raise RemoteRefusedError(f"the hub refused the patch ({answer.status_code}): {answer.text.strip()[:300]}",
                                      answer.status_code)
