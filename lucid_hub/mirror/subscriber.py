@@ -576,9 +576,6 @@ class MirrorService:
         with self._locks_guard:
             return self._locks.setdefault(mirror_id, threading.Lock())
 
-    def is_mirrored(self, graph: str, fresh: bool = False) -> bool:
-        return self.mirrored(graph, fresh)
-
     # --- local fan-out: Server-Sent Events -------------------------------------------
     def events(self, graph: str, keepalive: float = 15.0) -> Iterator[str]:
         """An SSE stream of the patches applied to a mirrored graph, from now on (the patch

@@ -40,7 +40,7 @@ def delivery(mirror_id: str) -> Response:
 @blueprint.get("/mirrors/events")
 def events() -> Response:
     graph = authorized_graph("read")
-    if not mirrors().is_mirrored(graph, fresh=True):
+    if not mirrors().mirrored(graph, fresh=True):
         raise InputError(f"<{graph}> is not a mirror of this hub")
     response = Response(stream_with_context(mirrors().events(graph)), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
