@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyoxigraph as ox
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from lucid_hub.errors import ChainError, PatchApplyError
 from lucid_hub.rdf.apply import GraphReplica, apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
+from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import statement_quads
 from lucid_hub.store import GraphStore
 from tests.conftest import parse_nt, whole_canonical
@@ -82,6 +85,29 @@ copies = st.lists(st.sampled_from(['_:x <http://ex/qty> "1" .', '_:x <http://ex/
                                    '_:x <http://ex/qty> "1" .\n_:x <http://ex/unit> "kg" .']), max_size=5)
 
 
+def version_text(version: list[str], ground: bool = False) -> str:
+    """One version of an order graph: a line per copy (blank nodes), and with `ground` a
+    ground triple that changes with the number of lines."""
+    head = f'<http://ex/o> <http://ex/lines> "{len(version)}" .\n' if ground else ""
+    return head + "".join(f'<http://ex/o> <http://ex/line> _:n{i} .\n{copy.replace("_:x", f"_:n{i}")}\n'
+                          for i, copy in enumerate(version))
+
+
+def chain(versions: list[list[str]], replica: GraphReplica, canonicalizer: Canonicalizer,
+          ground: bool = False) -> Iterator[Patch]:
+    """The format-2 patches from each version to the next (empty changes skipped), built
+    from the replica's occurrences and applied to it."""
+    previous: list[ox.Quad] = []
+    for version in versions:
+        current = parse_nt(version_text(version, ground))
+        change = diff_graph(previous, current, G, canonicalizer)
+        previous = current
+        if not change.is_empty:
+            patch = change.to_patch(replica.version, held=replica.held)
+            replica.apply(patch)
+            yield patch
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(copies, min_size=1, max_size=5))
 def test_replica_and_store_agree_on_occurrences_through_a_format_2_chain(canonicalizer: Canonicalizer,
@@ -90,18 +116,8 @@ def test_replica_and_store_agree_on_occurrences_through_a_format_2_chain(canonic
     and both then hold the same occurrences of every MSG, repeated copies included."""
     replica = GraphReplica([], canonicalizer)
     store = GraphStore()
-    previous: list[ox.Quad] = []
-    for version in versions:
-        text = "".join(f'<http://ex/o> <http://ex/line> _:n{i} .\n{copy.replace("_:x", f"_:n{i}")}\n'
-                       for i, copy in enumerate(version))
-        current = parse_nt(text)
-        change = diff_graph(previous, current, G, canonicalizer)
-        previous = current
-        if change.is_empty:
-            continue
-        patch = change.to_patch(replica.version, held=replica.held)
+    for patch in chain(versions, replica, canonicalizer):
         assert patch.format == 2
-        replica.apply(patch)
         store.apply(patch)
         assert sorted(replica.statements()) == sorted(store.statements(G))
         for msg in {*patch.removed, *patch.added}:
@@ -117,17 +133,7 @@ def test_msg_multiset_follows_a_chain_as_the_replica_does(canonicalizer: Canonic
     that multiset is the one the last version decomposes into."""
     replica = GraphReplica([], canonicalizer)
     msgs = GraphMsgs()
-    previous: list[ox.Quad] = []
-    for version in versions:
-        text = f'<http://ex/o> <http://ex/lines> "{len(version)}" .\n' + "".join(  # a ground triple too
-            f'<http://ex/o> <http://ex/line> _:n{i} .\n{copy.replace("_:x", f"_:n{i}")}\n' for i, copy in enumerate(version))
-        current = parse_nt(text)
-        change = diff_graph(previous, current, G, canonicalizer)
-        previous = current
-        if change.is_empty:
-            continue
-        patch = change.to_patch(replica.version, held=replica.held)
-        replica.apply(patch)
+    for patch in chain(versions, replica, canonicalizer, ground=True):
         apply_to_msgs(msgs, patch)
         assert msgs.hashes() == graph_msgs(statement_quads(replica.statements()), canonicalizer).hashes()
-    assert msgs.hashes() == graph_msgs(previous, canonicalizer).hashes()
+    assert msgs.hashes() == graph_msgs(parse_nt(version_text(versions[-1], ground=True)), canonicalizer).hashes()
