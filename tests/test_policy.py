@@ -217,3 +217,32 @@ def test_two_hub_processes_on_one_database_lose_no_policy_edit(tmp_path: Path, d
     finally:
         b.close()
         a.close()
+
+
+def test_the_readable_filter_of_a_query_dataset_records_no_denials(tmp_path: Path, db_url: str) -> None:
+    """A SPARQL dataset is the graphs the caller may read: the filter keeps exactly those (and
+    never the hub's own graph), and writes no denial per graph it leaves out (it had written
+    one per unreadable graph on every query). A request that is refused still records one."""
+    from sqlalchemy import func, select
+
+    from lucid_hub.config import Settings
+    from lucid_hub.db.models import Denial
+    from lucid_hub.runtime import Runtime
+
+    rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": db_url}))
+
+    def denials() -> int:
+        with rt.db.session() as session:
+            return int(session.scalar(select(func.count()).select_from(Denial)) or 0)
+
+    try:
+        rt.policies.create([Condition("urn:c:kpi", requiresGroup=("partner",), readGraph=("http://ex/kpi",))], "admin")
+        partner = party("globex", "lc-globex", "partner")
+        graphs = ["http://ex/kpi", "http://ex/orders", "http://ex/prices", POLICY_GRAPH]
+        before = denials()
+        assert rt.policies.readable(partner, graphs) == ["http://ex/kpi"]
+        assert denials() == before
+        assert not rt.policies.decide(partner, "http://ex/orders", "read").allowed
+        assert denials() == before + 1
+    finally:
+        rt.close()
