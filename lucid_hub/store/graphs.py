@@ -17,7 +17,8 @@ import re
 import shutil
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,21 @@ _SKOLEM = re.compile(r"<urn:lucid-hub:bnode:([0-9a-f]+)\.(\d+)>")
 # not atomic, but additions are idempotent (skolem IRIs derive from the patch id), and the
 # version marker is written last, so a crash is repaired by applying the patch again.
 BULK_ADDITIONS = 50_000
+
+
+@dataclass(frozen=True)
+class StoreChange:
+    """What one applied patch did to a graph's triples, as the store holds them (blank nodes
+    as skolem IRIs, typed literals in their value form), N-Triples lines without ` .`.
+    `removed` and `added` are None when the graph was dropped. `generation` orders it among
+    the store's changes (as `triples` reports it)."""
+
+    generation: int
+    graph: str
+    patch: str | None  # the version after the change (None: dropped)
+    prev: str | None
+    removed: list[str] | None
+    added: list[str] | None
 
 
 def instance_id(patch_id: str, row: int) -> str:
@@ -106,6 +122,8 @@ class GraphStore:
         self.path = path
         self._generation = 0  # counts changes
         self._snapshot: Snapshot | None = None
+        # Called, under the writer's lock, after each applied patch or dropped graph: keep it short.
+        self._watchers: list[Callable[[StoreChange], None]] = []
         if path is not None:
             shutil.rmtree(self._snapshots_dir(), ignore_errors=True)  # a previous run's
 
@@ -134,6 +152,26 @@ class GraphStore:
                 current = self._snapshot = Snapshot(target, self._generation)
             current.users += 1
             return current
+
+    def watch(self, watcher: Callable[[StoreChange], None]) -> None:
+        """Call `watcher` with each change of a graph's triples, in the order applied."""
+        with self._lock:
+            self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Callable[[StoreChange], None]) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def triples(self, graph: str) -> tuple[int, str | None, list[str]]:
+        """The store's change generation, the graph's version and its triples (as
+        `StoreChange` gives them), read together: a change with a later generation is one
+        they do not hold yet."""
+        with self._lock:
+            if self._store is _CLOSED:
+                raise StoreError("the RDF store is closed")
+            return self._generation, self.version(graph), [str(q.triple) for q in
+                                         self._store.quads_for_pattern(None, None, None, ox.NamedNode(graph))]
 
     def version(self, graph: str) -> str | None:
         """The id of the last patch applied to `graph` (None: nothing applied yet)."""
@@ -247,6 +285,8 @@ class GraphStore:
                 plan = self._plan(patch)
             if not plan.delete_data and not plan.delete_lexical and len(plan.insert_data) > BULK_ADDITIONS:
                 self._bulk_add(patch.graph, plan)
+                if self._watchers:
+                    plan.bulk_added = [s[:-2] for s in plan.insert_data]
                 plan.insert_data, plan.insert_index, plan.insert_lexical = [], [], []
             try:
                 self._store.update(plan.sparql())
@@ -256,6 +296,12 @@ class GraphStore:
                 raise StoreError(f"the store refused patch {patch.id}: {exc}") from None
             with self._versions_lock:
                 self._versions[patch.graph] = patch.id
+            if self._watchers:
+                change = StoreChange(self._generation, patch.graph, patch.id, patch.prev,
+                                     [s[:-2] for s in plan.delete_data],
+                                     [s[:-2] for s in plan.insert_data] + plan.bulk_added)
+                for watcher in self._watchers:
+                    watcher(change)
 
     def drop(self, graph: str) -> None:
         """Remove the graph, its blank-node index and its version."""
@@ -269,6 +315,8 @@ class GraphStore:
                 self._store.remove(q)
             with self._versions_lock:
                 self._versions.pop(graph, None)
+            for watcher in self._watchers:
+                watcher(StoreChange(self._generation, graph, None, None, None, None))
 
     def query(self, query: str, graphs: list[ox.NamedNode]) -> Any:
         """A SPARQL query whose dataset is exactly `graphs` (their union as the default graph,
@@ -463,6 +511,7 @@ class Plan:
         self.insert_data: list[str] = []
         self.insert_index: list[str] = []
         self.insert_lexical: list[str] = []
+        self.bulk_added: list[str] = []  # data lines bulk-loaded before the update (for watchers)
 
     def sparql(self) -> str:
         patch = self.patch
