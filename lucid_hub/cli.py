@@ -302,6 +302,27 @@ def publish(state: _Context, file: Path, graph: str, message: str, author: str, 
 
 
 @cli.command()
+@click.option("--hub", "hub_url", required=True, help="URL of the hub that evaluates the query.")
+@click.option("--query", "query_file", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="File with a SPARQL SELECT, ASK or CONSTRUCT query.")
+@click.option("--graph", "graphs", multiple=True, help="A graph of the query's default graph (default: every "
+              "graph you may read, or the query's FROM).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON notification per line (for programs).")
+@click.option("--state", "state_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where the subscription id and last sequence are kept (default: in ~/.cache/lucid-hub).")
+@click.option("--count", type=click.IntRange(min=1), help="Stop after this many notifications.")
+def subscribe(hub_url: str, query_file: Path, graphs: tuple[str, ...], as_json: bool, state_file: Path | None,
+              count: int | None) -> None:
+    """Print a continuous query's results, then each change as it arrives (resumes where the
+    last run stopped). Token: LUCID_ACCESS_TOKEN, or LUCID_CLIENT_ID and LUCID_CLIENT_SECRET."""
+    from lucid_hub.commands.subscribe import default_state, follow
+
+    query = _read_limited(query_file, 1_000_000, "query").decode("utf-8", errors="replace")
+    follow(hub_url, query, state_file=state_file or default_state(hub_url, query), as_json=as_json, count=count,
+           echo=click.echo, default_graphs=list(graphs) or None)
+
+
+@cli.command()
 @click.option("--name", help="This worker's name in claims and logs (default: host:pid:random).")
 @pass_ctx
 def worker(state: _Context, name: str | None) -> None:

@@ -62,6 +62,15 @@ class Settings:
     max_query_bytes: int = 100_000
     max_update_bytes: int = 1_000_000
     max_result_bytes: int = 64 * 1024 * 1024
+    # Continuous queries (docs/queries.md): subscriptions one party may hold; seconds one
+    # evaluation of one subscription may take (its budget: beyond it the subscription ends);
+    # the largest result set (bytes of JSON) a subscription may have; notifications kept per
+    # subscription for clients that resume; memory limit (MiB) of the evaluating worker.
+    query_subscriptions_per_party: int = 100
+    query_budget: float = 5.0
+    query_max_result_bytes: int = 4 * 1024 * 1024
+    query_retain: int = 1000
+    query_memory_mb: int = 4096
     # Format of the patches this hub makes (docs/patch-format.md): 2, or 1 while partners still
     # run a release that reads format 1 only. Either reads both.
     patch_format: int = 2
@@ -204,6 +213,10 @@ class Settings:
                 self.sparql_timeout <= 0 or self.sparql_memory_mb < 256):
             raise ConfigError("LUCID_SPARQL_WORKERS, _TIMEOUT and the LUCID_MAX_QUERY/UPDATE/RESULT_BYTES must be "
                               "positive, and LUCID_SPARQL_MEMORY_MB at least 256")
+        if min(self.query_subscriptions_per_party, self.query_max_result_bytes, self.query_retain) < 1 or (
+                self.query_budget <= 0 or self.query_memory_mb < 256):
+            raise ConfigError("LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY, _BUDGET, _MAX_RESULT_BYTES and _RETAIN must be "
+                              "positive, and LUCID_QUERY_MEMORY_MB at least 256")
         if self.patch_format not in (1, 2):
             raise ConfigError("LUCID_PATCH_FORMAT must be 1 or 2")
         if self.auth_rate_limit < 1:

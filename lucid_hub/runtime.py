@@ -23,6 +23,7 @@ from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics,
 from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
+from lucid_hub.queries import QueryService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
@@ -51,6 +52,7 @@ class Runtime:
     mirrors: MirrorService  # its thread runs in `serve` only
     hub: WebSubHub
     delivery: Deliverer  # delivering once start_delivery(run=True) ran (else a `worker` delivers)
+    queries: QueryService  # evaluating (in the leader) once queries.start() ran
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
@@ -114,7 +116,8 @@ class Runtime:
         runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db),
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
-                      hub, delivery, leader=slot == 0)
+                      hub, delivery, QueryService(settings, db, store, policies, tokens, publisher.sync_all,
+                                                  evaluates=slot == 0), leader=slot == 0)
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         try:
@@ -131,6 +134,7 @@ class Runtime:
             self.metrics_listener.shutdown()
             self.metrics_listener.server_close()
         self.mirrors.stop()
+        self.queries.stop()
         self.delivery.stop()
         self.hub.notices.stop()
         self.publisher.stop_relay()

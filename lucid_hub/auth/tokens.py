@@ -285,6 +285,11 @@ class TokenService:
         with self._lock:
             self._revoked[principal.jti] = principal.expires_at
 
+    def is_revoked(self, jti: str) -> bool:
+        """Whether the token with this jti was revoked (as of the last look at the table)."""
+        self._refresh_revocations()
+        return jti in self._revoked
+
     def _refresh_revocations(self) -> None:
         now = time.monotonic()
         if now - self._revoked_loaded < REVOCATION_REFRESH:

@@ -215,3 +215,46 @@ class Quarantined(Base):
     reason: Mapped[str] = mapped_column(String(1024))
     body: Mapped[bytes] = mapped_column(LargeBinary)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class QuerySubscription(Base):
+    """A continuous SPARQL query of a party (SEPA's subscription, made durable): its dataset,
+    fixed when it was made, its current results and the sequence of its last notification.
+    `state`: pending (asked in a process that does not evaluate), active, ended (`reason`)."""
+
+    __tablename__ = "query_subscriptions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the SE protocol's spuid
+    alias: Mapped[str] = mapped_column(String(255), default="")
+    account: Mapped[str] = mapped_column(String(255), index=True)
+    endpoint_id: Mapped[str] = mapped_column(String(255))
+    groups: Mapped[str] = mapped_column(String(4096), default="")
+    token_id: Mapped[str] = mapped_column(String(255))  # the jti of the token that made it
+    query: Mapped[str] = mapped_column(Text)
+    default_graphs: Mapped[str | None] = mapped_column(Text)  # JSON list, as asked (None: not given)
+    named_graphs: Mapped[str | None] = mapped_column(Text)
+    form: Mapped[str] = mapped_column(String(16), default="")
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(String(1024), default="")
+    sequence: Mapped[int] = mapped_column(Integer, default=0)
+    results: Mapped[str] = mapped_column(Text, default="")  # JSON, the results after `sequence`
+    callback: Mapped[str | None] = mapped_column(String(2048))  # a webhook, when asked for
+    secret: Mapped[str | None] = mapped_column(String(200))
+    callback_seq: Mapped[int] = mapped_column(Integer, default=-1)  # the last notification the webhook took
+    callback_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    callback_next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    callback_error: Mapped[str] = mapped_column(String(1024), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class QueryNotification(Base):
+    """One notification of a query subscription (its SE protocol message), kept for resumption."""
+
+    __tablename__ = "query_notifications"
+
+    subscription: Mapped[str] = mapped_column(String(64), ForeignKey("query_subscriptions.id", ondelete="CASCADE"),
+                                              primary_key=True)
+    sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from lucid_hub.config import Settings
-from lucid_hub.web import admin, archive, errors, graphs, headers, mirrors, oauth, ops, sparql, websub
+from lucid_hub.web import admin, archive, errors, graphs, headers, mirrors, oauth, ops, queries, sparql, websub
 from lucid_hub.web.bodies import BoundedRequest
 from lucid_hub.web.parts import HubParts
 
@@ -16,6 +16,8 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     app = Flask("lucid_hub")
     app.request_class = BoundedRequest
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    # SE protocol messages on /subscribe: a query and its envelope; pings keep proxies from closing it.
+    app.config["SOCK_SERVER_OPTIONS"] = {"max_message_size": settings.max_query_bytes + 16_384, "ping_interval": 25}
     app.extensions["lucid"] = runtime
     errors.register(app)
     headers.register(app)
@@ -23,10 +25,12 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     app.extensions["lucid"].start_delivery(settings.deliver_in_process)
     if app.extensions["lucid"].leader:  # one process of a hub keeps the mirrors and serves the metrics port
         app.extensions["lucid"].mirrors.start()
+        app.extensions["lucid"].queries.start()
         app.extensions["lucid"].start_metrics_listener()
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
-                      admin.api, admin.ui, websub.blueprint, mirrors.blueprint):
+                      admin.api, admin.ui, websub.blueprint, mirrors.blueprint, queries.blueprint, queries.sockets):
         app.register_blueprint(blueprint)
+    queries.sock.init_app(app)
     return app

@@ -51,7 +51,9 @@ def get_graph() -> Response:
     graph = authorized_graph("read")
     version, statements = runtime().publisher.content(graph, request.args.get("version"))
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
-    headers = {"ETag": etag(version), "Link": discovery_links(graph), "Vary": "Accept"}
+    # Beside WebSub's discovery: where continuous queries over the graph are made (docs/queries.md).
+    subscriptions = f'<{runtime().settings.public_url}/subscriptions>; rel="https://w3id.org/lucid-hub#subscriptions"'
+    headers = {"ETag": etag(version), "Link": f"{discovery_links(graph)}, {subscriptions}", "Vary": "Accept"}
     none_match = entity_tags("If-None-Match")
     if none_match is not None and none_match.match_weak(version):
         return Response(status=304, headers=headers)

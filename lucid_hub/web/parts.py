@@ -16,6 +16,7 @@ from lucid_hub.metrics import Metrics
 from lucid_hub.mirror import MirrorService
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
+from lucid_hub.queries import QueryService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.sparql import SparqlGuard
@@ -39,6 +40,7 @@ class HubParts(Protocol):
     mirrors: MirrorService
     hub: WebSubHub
     delivery: Deliverer
+    queries: QueryService
     leader: bool
 
     def start_delivery(self, run: bool = True) -> None: ...

@@ -24,6 +24,7 @@ blueprint = Blueprint("sparql", __name__)
 FORM = "application/x-www-form-urlencoded"
 SD = "http://www.w3.org/ns/sparql-service-description#"
 FORMATS = "http://www.w3.org/ns/formats/"
+LUCID = "https://w3id.org/lucid-hub#"
 
 
 def _one(params: Any, name: str) -> str | None:
@@ -136,9 +137,13 @@ def _service_description() -> Response:
              quad(endpoint, SD + "feature", SD + "UnionDefaultGraph"),
              quad(endpoint, SD + "defaultDataset", dataset), quad(dataset, rdf_type, SD + "Dataset"),
              quad(dataset, SD + "defaultGraph", default), quad(default, rdf_type, SD + "Graph")]
+    # Continuous queries (docs/queries.md): the SE protocol's WebSocket and the REST resource.
+    public = runtime().settings.public_url
+    quads.append(quad(endpoint, LUCID + "subscribeEndpoint", public.replace("http", "ws", 1) + "/subscribe"))
+    quads.append(quad(endpoint, LUCID + "subscriptionsEndpoint", public + "/subscriptions"))
     for name in ("SPARQL_Results_JSON", "SPARQL_Results_XML", "SPARQL_Results_CSV", "SPARQL_Results_TSV",
                  "N-Triples", "Turtle", "JSON-LD", "RDF_XML", "N-Quads", "TriG"):
         quads.append(quad(endpoint, SD + "resultFormat", FORMATS + name))
     media_type = negotiate(["text/turtle", "application/n-triples", "application/ld+json"], "text/turtle")
-    return Response(serialize(quads, RDF_MEDIA_TYPES[media_type], prefixes={"sd": SD}), mimetype=media_type,
-                    headers={"Vary": "Accept"})
+    body = serialize(quads, RDF_MEDIA_TYPES[media_type], prefixes={"sd": SD, "lh": LUCID})
+    return Response(body, mimetype=media_type, headers={"Vary": "Accept"})

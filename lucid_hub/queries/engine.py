@@ -1,0 +1,174 @@
+"""The hub process's side of the continuous-query worker (`queries/worker.py`): which graphs
+it holds, which subscriptions it knows, and a new worker, brought back to the same state,
+whenever one had to be killed at a subscription's time budget.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from lucid_hub.errors import ForbiddenError, InputError, QueryLimitExceeded, StoreError
+from lucid_hub.guard import Frame, GuardFailed, GuardProcess
+from lucid_hub.store.graphs import GraphStore, StoreChange
+
+WORKER = "lucid_hub.queries.worker:handle"
+# Loading a graph is the store's size, not a subscription's work: it gets this long.
+LOAD_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What the worker read from a subscription's query."""
+
+    form: str  # select, ask, construct
+    default: list[str]
+    named: list[str]
+    patterns: list[list[str | None]]
+
+    @property
+    def graphs(self) -> set[str]:
+        return set(self.default) | set(self.named)
+
+
+class BudgetExceeded(Exception):
+    """A subscription's evaluation overran its time budget (the worker was killed)."""
+
+
+class Refusal(Exception):
+    """The worker refused a query: `kind` as the SPARQL worker reports it, and why."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    def as_error(self) -> Exception:
+        if self.kind == "too-large":
+            return QueryLimitExceeded(self.message)
+        if self.kind == "forbidden":
+            return ForbiddenError(self.message)
+        if self.kind == "internal":
+            return StoreError(f"the continuous-query worker failed: {self.message}")
+        return InputError(self.message)
+
+
+class QueryEngine:
+    """The worker process and the state it must hold; one caller at a time (the service's
+    thread, or a subscribing request holding `lock`)."""
+
+    def __init__(self, store: GraphStore, memory_mb: int, budget: float, max_result_bytes: int) -> None:
+        self.store = store
+        self.memory_mb = memory_mb
+        self.budget = budget
+        self.max_result_bytes = max_result_bytes
+        self.lock = threading.RLock()
+        self._worker: GuardProcess | None = None
+        self._graphs: dict[str, str | None] = {}  # graph -> version the worker holds
+        self._loaded: dict[str, int] = {}  # graph -> the store's generation when it was loaded
+        self._registered: dict[str, tuple[str, list[str], list[str] | None, list[str] | None]] = {}
+
+    # --- the worker ------------------------------------------------------------------------
+    def _call(self, header: dict[str, Any], body: bytes = b"", timeout: float | None = None) -> Frame:
+        if self._worker is None or not self._worker.alive():
+            self._start()
+        assert self._worker is not None
+        try:
+            answer = self._worker.call(Frame(header, body), timeout or self.budget)
+        except GuardFailed as failure:
+            self._worker.kill()
+            self._worker = None
+            raise BudgetExceeded(failure.reason) from None
+        if answer.header.get("status") != "ok":
+            raise Refusal(str(answer.header.get("kind")), str(answer.header.get("message", "")))
+        return answer
+
+    def _start(self) -> None:
+        """A new worker, given every graph and registration the last one held."""
+        self._worker = GuardProcess(WORKER, self.memory_mb, {"LUCID_GUARD_NO_NETWORK": "1"})
+        graphs, self._graphs = list(self._graphs), {}
+        for graph in graphs:
+            # Keeps the generation it was loaded at before: subscriptions were evaluated on
+            # that, and a queued change must not look stale to them (it reloads instead).
+            self._load(graph, stamp=False)
+        for sid, (text, readable, default, named) in list(self._registered.items()):
+            self._call({"op": "register", "id": sid, "readable": readable, "default": default, "named": named},
+                       text.encode())
+
+    def _load(self, graph: str, *, stamp: bool = True) -> None:
+        generation, version, lines = self.store.triples(graph)
+        self._call({"op": "load", "graph": graph}, "\n".join(lines).encode(), timeout=LOAD_TIMEOUT)
+        self._graphs[graph] = version
+        if stamp or graph not in self._loaded:
+            self._loaded[graph] = generation
+
+    def close(self) -> None:
+        with self.lock:
+            if self._worker is not None:
+                self._worker.kill()
+                self._worker = None
+
+    # --- graphs ----------------------------------------------------------------------------
+    def holds(self, graph: str) -> bool:
+        return graph in self._graphs
+
+    def ensure(self, graphs: set[str]) -> None:
+        """Load the graphs the worker does not hold yet (as the store holds them now)."""
+        with self.lock:
+            for graph in sorted(graphs - self._graphs.keys()):
+                self._load(graph)
+
+    def apply(self, change: StoreChange) -> str:
+        """Move a held graph by one store change: "applied"; "stale" when the graph was
+        loaded after the change was made (it holds it already: nothing to evaluate);
+        "reloaded" when the change was not the graph's next one (loaded again from the
+        store: every subscription on it may have changed); "ignored" when not held."""
+        with self.lock:
+            if change.graph not in self._graphs:
+                return "ignored"
+            if change.generation <= self._loaded[change.graph]:
+                return "stale"
+            if change.patch is None:
+                self._call({"op": "change", "graph": change.graph, "drop": True}, timeout=LOAD_TIMEOUT)
+                self._graphs[change.graph] = None
+                return "reloaded"
+            if self._graphs[change.graph] != change.prev:
+                self._load(change.graph)
+                return "reloaded"
+            body = json.dumps({"removed": change.removed, "added": change.added}).encode()
+            self._call({"op": "change", "graph": change.graph}, body, timeout=LOAD_TIMEOUT)
+            self._graphs[change.graph] = change.patch
+            return "applied"
+
+    # --- subscriptions ---------------------------------------------------------------------
+    def register(self, sid: str, text: str, readable: list[str], default: list[str] | None,
+                 named: list[str] | None) -> Registration:
+        with self.lock:
+            answer = self._call({"op": "register", "id": sid, "readable": readable, "default": default,
+                                 "named": named}, text.encode()).header
+            # Kept as the party asked, so that a new worker registers it the same way.
+            self._registered[sid] = (text, readable, answer["default"], answer["named"])
+            return Registration(answer["form"], answer["default"], answer["named"], answer["patterns"])
+
+    def evaluate(self, sid: str) -> dict[str, Any]:
+        """The subscription's results on the graphs as the worker holds them now."""
+        with self.lock:
+            answer = self._call({"op": "evaluate", "id": sid, "max_bytes": self.max_result_bytes})
+            result: dict[str, Any] = json.loads(answer.body)
+            return result
+
+    def forget(self, sid: str) -> None:
+        with self.lock:
+            if self._registered.pop(sid, None) is not None and self._worker is not None:
+                self._call({"op": "forget", "id": sid})
+
+    def unused_graphs(self, needed: set[str]) -> None:
+        """Drop the graphs no subscription reads any more."""
+        with self.lock:
+            for graph in set(self._graphs) - needed:
+                del self._graphs[graph]
+                del self._loaded[graph]
+                if self._worker is not None:
+                    self._call({"op": "change", "graph": graph, "drop": True}, timeout=LOAD_TIMEOUT)

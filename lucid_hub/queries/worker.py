@@ -1,0 +1,235 @@
+"""Continuous queries inside a guard process: a replica of the subscribed graphs and the
+subscriptions' parsed queries. The hub process never parses or evaluates SPARQL (see
+`lucid_hub.store.sparql`); it feeds this process the graphs and their changes, asks it to
+evaluate a subscription, and kills it when one evaluation overruns its time budget.
+
+The replica holds the graphs as the hub's store does (blank nodes as skolem IRIs, typed
+literals in value form), loaded from the store and moved patch by patch with the store's
+own changes (`GraphStore.watch`), so an evaluation sees a graph exactly after one patch.
+
+Requests (frames, `lucid_hub.guard`):
+- `load`: a graph's triples (N-Triples lines in the body), replacing what was held;
+- `change`: one patch's removed and added triples of a graph (JSON body), or its drop;
+- `register`: a subscription's query text and the graphs its party may read; answers the
+  query's form, its dataset (fixed now) and the triple patterns it can match (for the hub's
+  index of subscriptions);
+- `evaluate`: a subscription's results now (JSON body);
+- `forget`: drop a subscription.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyoxigraph as ox
+import rdflib
+from pyparsing import ParseException
+from rdflib.paths import AlternativePath, InvPath, MulPath, NegatedPath, Path, SequencePath
+from rdflib.plugins.sparql import algebra
+from rdflib.plugins.sparql.parser import parseQuery
+
+from lucid_hub.guard import Frame
+from lucid_hub.store.graphs import SKOLEM_PREFIX
+from lucid_hub.store.sparql_worker import (
+    NO_GRAPH,
+    Refused,
+    _dataset_clause,
+    _error,
+    _field,
+    _refuse_service,
+    _syntax,
+    _walk,
+)
+
+_store = ox.Store()
+_subscriptions: dict[str, dict[str, Any]] = {}
+FORMS = {"SelectQuery": "select", "AskQuery": "ask", "ConstructQuery": "construct"}
+
+
+def handle(request: Frame) -> Frame:
+    """The guard's entry point (lucid_hub.guard.serve)."""
+    op = request.header.get("op")
+    try:
+        if op == "load":
+            return _load(request)
+        if op == "change":
+            return _change(request)
+        if op == "register":
+            return _register(request)
+        if op == "evaluate":
+            return _evaluate(request)
+        if op == "forget":
+            _subscriptions.pop(str(request.header["id"]), None)
+            return Frame({"status": "ok"})
+        raise Refused("internal", f"unknown request {op!r}")
+    except Refused as exc:
+        return _error(exc.kind, str(exc))
+    except RecursionError:
+        return _error("syntax", "the query is nested too deeply")
+
+
+# --- the replica -------------------------------------------------------------------------------
+
+def _quads(lines: list[str], graph: ox.NamedNode) -> list[ox.Quad]:
+    if not lines:
+        return []
+    text = "".join(f"{line} .\n" for line in lines)
+    return [ox.Quad(q.subject, q.predicate, q.object, graph)
+            for q in ox.parse(text, format=ox.RdfFormat.N_TRIPLES)]
+
+
+def _load(request: Frame) -> Frame:
+    graph = ox.NamedNode(request.header["graph"])
+    if _store.contains_named_graph(graph):
+        _store.clear_graph(graph)
+    _store.extend(_quads(request.body.decode().splitlines(), graph))
+    return Frame({"status": "ok"})
+
+
+def _change(request: Frame) -> Frame:
+    graph = ox.NamedNode(request.header["graph"])
+    if request.header.get("drop"):
+        if _store.contains_named_graph(graph):
+            _store.remove_graph(graph)
+        return Frame({"status": "ok"})
+    change = json.loads(request.body)
+    for quad in _quads(change["removed"], graph):
+        _store.remove(quad)
+    _store.extend(_quads(change["added"], graph))
+    return Frame({"status": "ok"})
+
+
+# --- subscriptions -----------------------------------------------------------------------------
+
+def _register(request: Frame) -> Frame:
+    header = request.header
+    text = request.body.decode("utf-8")
+    try:
+        parsed = parseQuery(text)
+    except ParseException as exc:
+        raise _syntax(exc, "query") from None
+    _refuse_service(parsed)
+    form = FORMS.get(parsed[1].name)
+    if form is None:
+        raise Refused("unprocessable", "subscribe with a SELECT, ASK or CONSTRUCT query (DESCRIBE has no "
+                                       "fixed result to follow)")
+    if any(node.name == "Builtin_BNODE" for node in _walk(parsed)):
+        raise Refused("unprocessable", "BNODE() makes new blank nodes at every evaluation, so every result "
+                                       "would change every time; use an IRI (e.g. IRI(CONCAT(...)))")
+    try:
+        query = algebra.translateQuery(parsed, base=header.get("base"))
+    except Exception as exc:  # rdflib raises plain Exceptions for semantic errors (e.g. unbound GROUP BY)
+        raise _syntax(exc, "query") from None
+    if form == "construct" and any(isinstance(t, rdflib.BNode) for triple in query.algebra.template or []
+                                   for t in triple):
+        raise Refused("unprocessable", "the CONSTRUCT template makes blank nodes, which are new at every "
+                                       "evaluation; use IRIs in the template")
+    readable = list(header["readable"])
+    prologue = algebra.translatePrologue(parsed[0], header.get("base"))
+    from_default, from_named = _dataset_clause(_field(parsed[1], "datasetClause"), prologue)
+    if header.get("default") is not None or header.get("named") is not None:
+        default, named = list(header.get("default") or []), list(header.get("named") or [])
+    elif from_default is None and from_named is None:
+        default, named = readable, readable
+    else:
+        default, named = list(from_default or []), list(from_named or [])
+    unreadable = sorted({g for g in default + named if g not in readable})
+    if unreadable:
+        raise Refused("forbidden", f"the query's dataset names graphs you may not read: {', '.join(unreadable[:5])}")
+    patterns = _patterns(query.algebra)
+    _subscriptions[str(header["id"])] = {"text": text, "base": header.get("base"), "default": default,
+                                         "named": named, "form": form}
+    return Frame({"status": "ok", "form": form, "default": default, "named": named, "patterns": patterns})
+
+
+def _constant(term: Any) -> str | None:
+    """An IRI in a pattern, for the index (None: matches anything). Literals are left out:
+    the store holds typed literals in value form, which a pattern's lexical form may not be."""
+    return str(term) if isinstance(term, rdflib.URIRef) else None
+
+
+def _path_predicates(path: Any) -> list[str | None]:
+    """The predicates a property path can match (None: any, for a negated set)."""
+    if isinstance(path, rdflib.URIRef):
+        return [str(path)]
+    if isinstance(path, NegatedPath):
+        return [None]
+    if isinstance(path, InvPath):
+        return _path_predicates(path.arg)
+    if isinstance(path, MulPath):
+        return _path_predicates(path.path)
+    if isinstance(path, SequencePath | AlternativePath):
+        return [p for part in path.args for p in _path_predicates(part)]
+    return [None]
+
+
+def _patterns(tree: Any) -> list[list[str | None]]:
+    """Every triple pattern of the query as [s, p, o] IRIs or None (once each)."""
+    patterns: list[list[str | None]] = []
+    for node in _walk(tree):
+        if node.name != "BGP":
+            continue
+        for s, p, o in node.triples:
+            found = ([[None, q, None] for q in _path_predicates(p)] if isinstance(p, Path)
+                     else [[_constant(s), _constant(p), _constant(o)]])
+            patterns.extend(pattern for pattern in found if pattern not in patterns)
+    return patterns
+
+
+# --- evaluation --------------------------------------------------------------------------------
+
+def _term(term: Any) -> dict[str, str]:
+    """A term as SPARQL 1.1 Query Results JSON; the store's skolem IRIs are blank nodes again
+    (labelled by their MSG instance: stable while the blank-node structure lives)."""
+    if isinstance(term, ox.NamedNode):
+        if term.value.startswith(SKOLEM_PREFIX):
+            return {"type": "bnode", "value": "b" + term.value[len(SKOLEM_PREFIX):].replace(".", "_")}
+        return {"type": "uri", "value": term.value}
+    if isinstance(term, ox.BlankNode):
+        return {"type": "bnode", "value": term.value}
+    if isinstance(term, ox.Literal):
+        found = {"type": "literal", "value": term.value}
+        if term.language:
+            found["xml:lang"] = term.language
+        elif term.datatype.value != "http://www.w3.org/2001/XMLSchema#string":
+            found["datatype"] = term.datatype.value
+        return found
+    raise Refused("unprocessable", f"the query returns a term the results format cannot carry: {term}")
+
+
+def _evaluate(request: Frame) -> Frame:
+    sub = _subscriptions.get(str(request.header["id"]))
+    if sub is None:
+        raise Refused("internal", f"subscription {request.header['id']} is not registered")
+    try:
+        result: Any = _store.query(sub["text"], base_iri=sub["base"],
+                              default_graph=[ox.NamedNode(g) for g in sub["default"]] or [NO_GRAPH],
+                              named_graphs=[ox.NamedNode(g) for g in sub["named"]] or [NO_GRAPH])
+        if sub["form"] == "ask":
+            body: dict[str, Any] = {"boolean": bool(result)}
+        elif sub["form"] == "construct":
+            body = {"vars": ["subject", "predicate", "object"],
+                    "rows": [{"subject": _term(t.subject), "predicate": _term(t.predicate),
+                              "object": _term(t.object)} for t in result]}
+        else:
+            names = [v.value for v in result.variables]
+            rows = []
+            for solution in result:
+                row = {}
+                for name in names:
+                    value = solution[name]
+                    if value is not None:
+                        row[name] = _term(value)
+                rows.append(row)
+            body = {"vars": names, "rows": rows}
+    except SyntaxError as exc:
+        raise _syntax(exc, "query") from None
+    except OSError as exc:
+        raise Refused("unprocessable", f"the query failed: {' '.join(str(exc).split())[:300]}") from None
+    encoded = json.dumps(body, separators=(",", ":")).encode()
+    limit = int(request.header.get("max_bytes") or 0)
+    if limit and len(encoded) > limit:
+        raise Refused("too-large", f"the results are larger than {limit:,} bytes (LUCID_QUERY_MAX_RESULT_BYTES); "
+                                   "narrow the query")
+    return Frame({"status": "ok"}, encoded)

@@ -1,0 +1,278 @@
+"""Continuous query subscriptions over HTTP: the SPARQL 1.1 SE protocol (SEPA) on a
+WebSocket at `/subscribe`, and REST with Server-Sent Events at `/subscriptions`.
+
+Thin: every decision is `lucid_hub.queries.QueryService`'s. A WebSocket carries any number
+of subscriptions; each notification is sent once, in sequence order, from the service's
+stored notifications (so a slow socket never holds the service up, and a reconnecting
+client resumes from the last sequence it saw).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request, stream_with_context
+from flask_sock import Sock
+from simple_websocket import ConnectionClosed
+
+from lucid_hub.auth.tokens import Principal
+from lucid_hub.errors import AuthenticationError, ForbiddenError, InputError, LucidError
+from lucid_hub.queries import results as rs
+from lucid_hub.web.authz import require_scope
+from lucid_hub.web.errors import status_of
+from lucid_hub.web.http import runtime
+
+blueprint = Blueprint("queries", __name__)
+sockets = Blueprint("query_sockets", __name__)
+sock = Sock()
+KEEP_ALIVE = 15.0  # seconds between SSE comments / WebSocket pings on a quiet subscription
+SCOPE = "graphs:read"
+
+
+def _iri_list(value: Any, name: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"{name} must be an IRI or a list of IRIs")
+    return list(value)
+
+
+def _subscribe(caller: Principal, spec: dict[str, Any]) -> dict[str, Any]:
+    sparql = spec.get("sparql")
+    if not isinstance(sparql, str) or not sparql.strip():
+        raise InputError("the subscription needs its query: sparql")
+    alias = spec.get("alias") or ""
+    if not isinstance(alias, str):
+        raise InputError("alias must be a string")
+    return runtime().queries.subscribe(caller, sparql, default=_iri_list(spec.get("default-graph-uri"),
+                                                                         "default-graph-uri"),
+                                       named=_iri_list(spec.get("named-graph-uri"), "named-graph-uri"), alias=alias)
+
+
+# --- REST and Server-Sent Events ---------------------------------------------------------------
+
+@blueprint.post("/subscriptions")
+def create() -> Response:
+    """Subscribe: a JSON object with `sparql` (and `default-graph-uri`, `named-graph-uri`,
+    `alias`); answers 201 with the first notification and where to follow it."""
+    caller = require_scope(SCOPE)
+    spec = request.get_json(silent=True)
+    if not isinstance(spec, dict):
+        raise InputError("send the subscription as a JSON object: {\"sparql\": \"SELECT ...\"}")
+    message = _subscribe(caller, spec)
+    spuid = message["notification"]["spuid"]
+    base = f"{runtime().settings.public_url}/subscriptions/{spuid}"
+    answer = jsonify({**message, "subscription": base, "events": f"{base}/events"})
+    answer.status_code = 201
+    answer.headers["Location"] = base
+    return answer
+
+
+@blueprint.get("/subscriptions/<spuid>")
+def describe(spuid: str) -> Response:
+    return jsonify(runtime().queries.describe(require_scope(SCOPE), spuid))
+
+
+@blueprint.delete("/subscriptions/<spuid>")
+def remove(spuid: str) -> Response:
+    runtime().queries.unsubscribe(require_scope(SCOPE), spuid)
+    return jsonify({"unsubscribed": {"spuid": spuid}})
+
+
+def _after() -> int:
+    raw = request.headers.get("Last-Event-ID") or request.args.get("after")
+    if raw is None or raw == "":
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InputError("Last-Event-ID (or after=) must be the sequence number of a notification") from None
+    if value < -1:
+        raise InputError("Last-Event-ID (or after=) must be -1 or more")
+    return value
+
+
+@blueprint.get("/subscriptions/<spuid>/notifications")
+def notifications(spuid: str) -> Response:
+    """The notifications after `after` (JSON), for clients that poll."""
+    caller = require_scope(SCOPE)
+    service = runtime().queries
+    service.describe_row(caller, spuid)
+    state, reason, _sequence = service.state(spuid)
+    found = service.messages(spuid, _after())
+    return jsonify({"notifications": [body for _seq, body in found], "state": state, "reason": reason or None})
+
+
+@blueprint.get("/subscriptions/<spuid>/events")
+def events(spuid: str) -> Response:
+    """Server-Sent Events: each notification as an event whose id is its sequence
+    (reconnect with Last-Event-ID to resume); an `ended` event when the subscription ends."""
+    caller = require_scope(SCOPE)
+    service = runtime().queries
+    service.describe_row(caller, spuid)
+    after = _after()
+
+    def stream() -> Iterator[str]:
+        nonlocal after
+        quiet = time.monotonic()
+        while True:
+            generation = service.generation()
+            found, end = service.catch_up(spuid, after, caller.jti)
+            for sequence, body in found:
+                after = sequence
+                quiet = time.monotonic()
+                yield f"id: {sequence}\nevent: notification\ndata: {json.dumps(body)}\n\n"
+            if end is not None:
+                yield f"event: ended\ndata: {json.dumps(end)}\n\n"
+                return
+            if found:
+                continue
+            if time.monotonic() - quiet >= KEEP_ALIVE:
+                quiet = time.monotonic()
+                yield ": keep-alive\n\n"
+            service.wait(generation, KEEP_ALIVE)
+
+    return Response(stream_with_context(stream()), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+# --- the SE protocol on a WebSocket ------------------------------------------------------------
+
+def _bearer(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    scheme, _, rest = value.strip().partition(" ")
+    return rest.strip() if scheme.lower() == "bearer" and rest.strip() else value.strip()
+
+
+class _Socket:
+    """One WebSocket: its subscriptions and the thread that sends their notifications."""
+
+    def __init__(self, ws: Any, handshake_token: str | None) -> None:
+        self.ws = ws
+        self.handshake_token = handshake_token
+        self.send_lock = threading.Lock()
+        self.subscriptions: dict[str, tuple[int, str]] = {}  # spuid -> (last sequence sent, token jti)
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+        self.rt = runtime()
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self.send_lock:
+            self.ws.send(json.dumps(message))
+
+    def caller(self, message: dict[str, Any], inner: dict[str, Any]) -> Principal:
+        token = _bearer(inner.get("authorization")) or _bearer(message.get("authorization")) or self.handshake_token
+        if token is None:
+            raise AuthenticationError("the request needs an access token: an authorization member "
+                                      "(\"Bearer <token>\") or an Authorization header on the handshake", error="")
+        caller = self.rt.tokens.validate(token)
+        if SCOPE not in caller.scopes:
+            raise ForbiddenError(f"the access token lacks the scope {SCOPE}", scope=SCOPE)
+        return caller
+
+    def handle(self, raw: Any) -> None:
+        try:
+            if not isinstance(raw, str):
+                raise InputError("send SE protocol messages as JSON text")
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                raise InputError("the message is not JSON") from None
+            if not isinstance(message, dict):
+                raise InputError("the message must be a JSON object")
+            for kind in ("subscribe", "unsubscribe", "resume"):
+                inner = message.get(kind)
+                if inner is not None:
+                    if not isinstance(inner, dict):
+                        raise InputError(f"{kind} must be a JSON object")
+                    getattr(self, f"_{kind}")(message, inner)
+                    return
+            raise InputError("expected a subscribe, unsubscribe or resume request")
+        except LucidError as exc:
+            self.send(rs.error(status_of(exc), _error_code(exc), str(exc)))
+
+    def _subscribe(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
+        caller = self.caller(message, inner)
+        first = _subscribe(caller, inner)
+        spuid = first["notification"]["spuid"]
+        with self.lock:
+            self.send(first)
+            self.subscriptions[spuid] = (0, caller.jti)
+
+    def _resume(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
+        """lucid-hub's addition: {"resume": {"spuid", "sequence"}} continues a subscription
+        after the last sequence the client saw (or with a reset, when that is too old)."""
+        caller = self.caller(message, inner)
+        spuid, sequence = inner.get("spuid"), inner.get("sequence", -1)
+        if not isinstance(spuid, str) or not isinstance(sequence, int) or isinstance(sequence, bool):
+            raise InputError("resume needs spuid (a string) and sequence (an integer)")
+        self.rt.queries.describe_row(caller, spuid)
+        with self.lock:
+            self.subscriptions[spuid] = (sequence, caller.jti)
+        self.push()
+
+    def _unsubscribe(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
+        caller = self.caller(message, inner)
+        spuid = inner.get("spuid")
+        if not isinstance(spuid, str):
+            raise InputError("unsubscribe needs the spuid of a subscription")
+        self.rt.queries.unsubscribe(caller, spuid)
+        with self.lock:
+            self.subscriptions.pop(spuid, None)
+            self.send({"unsubscribed": {"spuid": spuid}})
+
+    def push(self) -> None:
+        """Send what the subscriptions of this socket have not sent yet."""
+        with self.lock:
+            for spuid, (last, jti) in list(self.subscriptions.items()):
+                while True:
+                    found, end = self.rt.queries.catch_up(spuid, last, jti)
+                    for sequence, body in found:
+                        self.send(body)
+                        last = sequence
+                    self.subscriptions[spuid] = (last, jti)
+                    if end is not None:
+                        self.send(end)
+                        del self.subscriptions[spuid]
+                    if not found:
+                        break
+
+    def sender(self) -> None:
+        service = self.rt.queries
+        with contextlib.suppress(ConnectionClosed):
+            while not self.closed.is_set():
+                generation = service.generation()
+                self.push()
+                service.wait(generation, KEEP_ALIVE)
+
+
+def _error_code(exc: Exception) -> str:
+    status = status_of(exc)
+    return {401: "invalid_token", 403: "forbidden", 404: "not_found", 413: "request_too_large",
+            422: "limit_exceeded", 429: "too_many_requests"}.get(status, "invalid_request")
+
+
+@sock.route("/subscribe", bp=sockets)  # type: ignore[untyped-decorator]
+def subscribe_socket(ws: Any) -> None:
+    handshake = _bearer(request.headers.get("Authorization", ""))
+    connection = _Socket(ws, handshake)
+    sender = threading.Thread(target=connection.sender, name="se-socket", daemon=True)
+    sender.start()
+    try:
+        while True:
+            raw = ws.receive()
+            if raw is None:
+                break
+            connection.handle(raw)
+    finally:
+        connection.closed.set()
+        runtime().queries.wake_all()
+        sender.join(timeout=5)
