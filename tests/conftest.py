@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +248,74 @@ def spark():  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+# --- callbacks: a partner's HTTP endpoint (WebSub deliveries, query webhooks) ---------------
+
+@dataclass
+class Callback:
+    """A subscriber's callback endpoint: answers verifications, records deliveries."""
+
+    url: str
+    verifications: list[dict[str, str]] = field(default_factory=list)
+    deliveries: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)  # answers to POSTs, in turn (then 200)
+    echo: bool = True  # answer the challenge
+    hold_first: threading.Event | None = None  # the first POST waits for this before answering
+    holding: threading.Event = field(default_factory=threading.Event)  # set while it waits
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def wait(self, what: Callable[[], bool], timeout: float = 20) -> None:
+        """Wait until `what` holds (a condition, not a sleep); fail after `timeout` seconds.
+
+        Woken by every request the callback gets, and re-checked every 50 ms for conditions
+        on the hub's side (a subscription row written after the verification answered)."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not what():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("condition not reached in time")
+                self.changed.wait(min(left, 0.05))
+
+
+@pytest.fixture
+def callback() -> Iterator[Callback]:
+    from werkzeug.serving import make_server
+    from werkzeug.wrappers import Request, Response
+
+    port = free_port()
+    cb = Callback(f"http://127.0.0.1:{port}/callbacks/globex?tenant=7")
+
+    @Request.application  # type: ignore[misc]
+    def app(request: Request) -> Response:
+        with cb.changed:
+            try:
+                if request.method == "GET":
+                    params = {k: v for k, v in request.args.items()}
+                    cb.verifications.append(params)
+                    if params.get("hub.mode") in ("subscribe", "unsubscribe") and cb.echo:
+                        return Response(params["hub.challenge"], 200)
+                    return Response("ok" if params.get("hub.mode") == "denied" else "no", 200 if
+                                    params.get("hub.mode") == "denied" else 404)
+                if cb.hold_first is not None:
+                    gate, cb.hold_first = cb.hold_first, None
+                    cb.holding.set()
+                    cb.changed.release()
+                    try:
+                        gate.wait(60)
+                    finally:
+                        cb.changed.acquire()
+                status = cb.statuses.pop(0) if cb.statuses else 200
+                if 200 <= status < 300:
+                    cb.deliveries.append(({k: v for k, v in request.headers.items()}, request.get_data()))
+                return Response("", status)
+            finally:
+                cb.changed.notify_all()
+
+    server = make_server("127.0.0.1", port, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield cb
+    server.shutdown()
+    thread.join(timeout=10)

@@ -179,9 +179,11 @@ def test_unauthorised_and_unreadable(orders_hub: RunningHub) -> None:
     stranger = hub.session(hub.token("stranger", groups=("nobody",)))
     refused = stranger.post(f"{hub.url}/subscriptions", json={"sparql": MINE, "default-graph-uri": [ORDERS]})
     assert refused.status_code == 403 and "may not read" in refused.text
-    # without a dataset a stranger's query runs over the graphs it may read: none
-    empty = subscribe(hub, stranger, MINE)["notification"]
-    assert rows(empty["addedResults"]) == []
+    # without a dataset a stranger's query would run over the graphs it may read: none (and
+    # the dataset is fixed at subscription): refused rather than silent forever
+    empty = stranger.post(f"{hub.url}/subscriptions", json={"sparql": MINE})
+    assert empty.status_code == 403 and "dataset would be empty" in empty.text
+    assert hub.runtime.queries._live == {}
     mine = subscribe(hub, hub.http, MINE)["notification"]["spuid"]
     assert stranger.get(f"{hub.url}/subscriptions/{mine}").status_code == 404  # not the stranger's
     assert stranger.delete(f"{hub.url}/subscriptions/{mine}").status_code == 404
@@ -421,3 +423,28 @@ def test_discovery_names_the_subscribe_endpoints(orders_hub: RunningHub) -> None
     assert set(described.objects(endpoint, lh.subscriptionsEndpoint)) == {rdflib.URIRef(f"{hub.url}/subscriptions")}
     graph = hub.http.get(f"{hub.url}/graphs", params={"graph": ORDERS})
     assert graph.links["https://w3id.org/lucid-hub#subscriptions"]["url"] == f"{hub.url}/subscriptions"
+
+
+def test_a_process_that_does_not_evaluate_hands_subscriptions_to_the_one_that_does(tmp_path: Path) -> None:
+    """With several web workers, one process evaluates; another takes a request as `pending`,
+    the evaluating one activates (or refuses) it, and the request is answered as if it had
+    been made there: the first results, or the refusal with its own status."""
+    from lucid_hub.errors import ForbiddenError, InputError
+    from lucid_hub.runtime import Runtime
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", {"LUCID_WEB_WORKERS": "2"}) as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        other = Runtime.open(hub.runtime.settings)
+        try:
+            assert hub.runtime.queries.evaluates and not other.queries.evaluates
+            admin = other.tokens.validate(hub.http.headers["Authorization"].split()[1])
+            first = other.queries.subscribe(admin, MINE)["notification"]
+            assert first["sequence"] == 0 and rows(first["addedResults"]) == [{"o": f"{EX}o1", "s": "open"}]
+            assert first["spuid"] in hub.runtime.queries._live  # evaluated by the leader
+            stranger = other.tokens.validate(hub.token("stranger", groups=("nobody",)))
+            with pytest.raises(ForbiddenError, match="may not read"):
+                other.queries.subscribe(stranger, MINE, default=[ORDERS])
+            with pytest.raises(InputError, match="syntax|parse|Expected"):
+                other.queries.subscribe(admin, "SELECT WHERE {")
+        finally:
+            other.close()

@@ -236,6 +236,9 @@ class QuerySubscription(Base):
     form: Mapped[str] = mapped_column(String(16), default="")
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(String(1024), default="")
+    # A pending subscription the evaluating process refused: the error's kind, which the
+    # process that took the request answers with (lucid_hub.errors class name).
+    refusal: Mapped[str] = mapped_column(String(64), default="")
     sequence: Mapped[int] = mapped_column(Integer, default=0)
     results: Mapped[str] = mapped_column(Text, default="")  # JSON, the results after `sequence`
     callback: Mapped[str | None] = mapped_column(String(2048))  # a webhook, when asked for

@@ -48,6 +48,7 @@ from lucid_hub.policy.engine import Party
 from lucid_hub.policy.policy_graph import POLICY_GRAPH, PolicyService
 from lucid_hub.queries import results as rs
 from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal, Registration
+from lucid_hub.queries.webhooks import Webhooks
 from lucid_hub.rdf.statements import terms
 from lucid_hub.store.graphs import GraphStore, StoreChange
 
@@ -142,6 +143,7 @@ class QueryService:
         self._revocations_checked = 0.0
         self.evaluations = 0  # subscriptions evaluated after changes (for the benchmark)
         self.failures = 0
+        self.webhooks = Webhooks(settings, db, self.messages, self.may_deliver, self._end)
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -155,6 +157,7 @@ class QueryService:
                 self._resume(row)
         self._thread = threading.Thread(target=self._run, name="query-subscriptions", daemon=True)
         self._thread.start()
+        self.webhooks.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -164,6 +167,7 @@ class QueryService:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        self.webhooks.stop()
         self.store.unwatch(self._changed)
         self.engine.close()
 
@@ -196,7 +200,7 @@ class QueryService:
             id=sid, alias=alias, account=party.account, endpoint_id=party.endpoint_id, groups=" ".join(
                 sorted(party.groups)), token_id=caller.jti, query=text,
             default_graphs=None if default is None else json.dumps(default),
-            named_graphs=None if named is None else json.dumps(named), form="", state="pending", reason="",
+            named_graphs=None if named is None else json.dumps(named), form="", state="pending", reason="", refusal="",
             sequence=0, results="", callback=callback, secret=secret, callback_seq=-1, callback_attempts=0,
             callback_next_at=None, callback_error="", created_at=stamp, updated_at=stamp)
         if self.evaluates:
@@ -214,7 +218,7 @@ class QueryService:
                 assert row is not None
                 if row.state == "ended":
                     session.delete(row)
-                    raise _refusal_of(row.reason)
+                    raise _REFUSALS.get(row.refusal, InputError)(row.reason)
                 if row.state == "active":
                     break
             time.sleep(POLL)  # polling the database: the leader is another process
@@ -235,6 +239,9 @@ class QueryService:
             try:
                 registration = self.engine.register(row.id, row.query, readable, _iri_list(row.default_graphs),
                                                     _iri_list(row.named_graphs))
+                if not registration.graphs:  # its dataset is fixed now: it would stay empty
+                    raise Refusal("forbidden", f"{party.account} may read none of this hub's graphs: the "
+                                               "subscription's dataset would be empty")
                 self.engine.ensure(registration.graphs)
                 results = rs.Results.of(self.engine.evaluate(row.id))
             except Refusal as refusal:
@@ -370,6 +377,7 @@ class QueryService:
         with self._cond:
             self._written += 1
             self._cond.notify_all()
+        self.webhooks.wake()
 
     def _take_pending(self) -> None:
         """Subscriptions other processes took: evaluate them here (or refuse them)."""
@@ -377,7 +385,7 @@ class QueryService:
             try:
                 self._activate(row, new=False)
             except (InputError, ForbiddenError, QueryLimitExceeded, StoreError) as exc:
-                self._end(row.id, str(exc))
+                self._end(row.id, str(exc), refusal=type(exc).__name__)
 
     # --- access ----------------------------------------------------------------------------
     def _check_access(self, live: _Live) -> bool:
@@ -389,6 +397,18 @@ class QueryService:
             return False
         return True
 
+    def may_deliver(self, sid: str) -> bool:
+        """Whether a notification of `sid` may still be sent (ends the subscription when its
+        access was withdrawn or its token revoked)."""
+        with self.engine.lock:
+            live = self._live.get(sid)
+            if live is None:
+                return False
+            if self.tokens.is_revoked(live.token_id):
+                self._end(sid, "the access token the subscription was made with was revoked")
+                return False
+            return self._check_access(live)
+
     def check_revocations(self) -> None:
         """End the subscriptions whose tokens were revoked."""
         self._revocations_checked = time.monotonic()
@@ -397,7 +417,7 @@ class QueryService:
                 self._end(live.id, "the access token the subscription was made with was revoked")
 
     # --- ending ----------------------------------------------------------------------------
-    def _end(self, sid: str, reason: str) -> None:
+    def _end(self, sid: str, reason: str, *, refusal: str = "") -> None:
         with self.engine.lock:
             self._live.pop(sid, None)
             self.index.remove(sid)
@@ -406,7 +426,7 @@ class QueryService:
             self.engine.unused_graphs(self.index.graphs())
         with self.db.session() as session:
             session.execute(update(QuerySubscription).where(QuerySubscription.id == sid).values(
-                state="ended", reason=reason[:1024], updated_at=now()))
+                state="ended", reason=reason[:1024], refusal=refusal, updated_at=now()))
         log.info("query subscription %s ended: %s", sid, reason)
         self._wake_channels()
 
@@ -443,7 +463,11 @@ class QueryService:
         return {"spuid": row.id, "alias": row.alias, "state": row.state, "reason": row.reason or None,
                 "query": row.query, "form": row.form, "default-graph-uri": _iri_list(row.default_graphs),
                 "named-graph-uri": _iri_list(row.named_graphs), "sequence": row.sequence,
-                "callback": row.callback, "created": iso(row.created_at), "updated": iso(row.updated_at)}
+                "created": iso(row.created_at), "updated": iso(row.updated_at),
+                "webhook": None if row.callback is None else {
+                    "callback": row.callback, "delivered": row.callback_seq, "failures": row.callback_attempts,
+                    "error": row.callback_error or None,
+                    "nextAttempt": iso(row.callback_next_at) if row.callback_next_at else None}}
 
     def state(self, sid: str) -> tuple[str, str, int]:
         """(state, reason, last sequence) of a subscription."""
@@ -511,10 +535,6 @@ class QueryService:
             return self._written
 
 
-def _refusal_of(reason: str) -> Exception:
-    """The error a pending subscription's refusal (recorded by the leader) stands for."""
-    if "limit" in reason or "LUCID_" in reason:
-        return QueryLimitExceeded(reason)
-    if "may not read" in reason:
-        return ForbiddenError(reason)
-    return InputError(reason)
+# What a process that does not evaluate answers a request the evaluating process refused.
+_REFUSALS: dict[str, type[Exception]] = {e.__name__: e for e in (
+    InputError, InputTooLargeError, ForbiddenError, QueryLimitExceeded, StoreError)}

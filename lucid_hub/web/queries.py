@@ -22,6 +22,8 @@ from simple_websocket import ConnectionClosed
 
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, ForbiddenError, InputError, LucidError
+from lucid_hub.hub import protocol
+from lucid_hub.hub.callbacks import check_callback
 from lucid_hub.queries import results as rs
 from lucid_hub.web.authz import require_scope
 from lucid_hub.web.errors import status_of
@@ -51,9 +53,23 @@ def _subscribe(caller: Principal, spec: dict[str, Any]) -> dict[str, Any]:
     alias = spec.get("alias") or ""
     if not isinstance(alias, str):
         raise InputError("alias must be a string")
+    callback, secret = spec.get("callback"), spec.get("secret")
+    if callback is not None:
+        if not isinstance(callback, str):
+            raise InputError("callback must be a URL")
+        if secret is not None and not isinstance(secret, str):
+            raise InputError("secret must be a string")
+        secret = protocol.secret(secret)
+        client = runtime().clients.get(caller.endpoint_id)
+        # the same rules as a WebSub callback (hub/callbacks.py)
+        check_callback(callback, client.callback_prefixes if client else (), dev_mode=runtime().settings.dev_mode,
+                       allowed=runtime().hub.allowed)
+    elif secret is not None:
+        raise InputError("a secret signs webhook POSTs: give it with a callback")
     return runtime().queries.subscribe(caller, sparql, default=_iri_list(spec.get("default-graph-uri"),
                                                                          "default-graph-uri"),
-                                       named=_iri_list(spec.get("named-graph-uri"), "named-graph-uri"), alias=alias)
+                                       named=_iri_list(spec.get("named-graph-uri"), "named-graph-uri"), alias=alias,
+                                       callback=callback, secret=secret)
 
 
 # --- REST and Server-Sent Events ---------------------------------------------------------------

@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("form", sa.String(16), nullable=False),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("reason", sa.String(1024), nullable=False),
+        sa.Column("refusal", sa.String(64), nullable=False),
         sa.Column("sequence", sa.Integer(), nullable=False),
         sa.Column("results", sa.Text(), nullable=False),
         sa.Column("callback", sa.String(2048), nullable=True),

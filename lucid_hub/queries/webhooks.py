@@ -1,0 +1,185 @@
+"""Webhooks of continuous query subscriptions: each notification POSTed to the subscription's
+callback, in sequence order, signed, under the same callback safety and retry rules as
+WebSub deliveries (`lucid_hub.delivery`).
+
+- The callback was checked at subscription (https, under one of the client's registered
+  callback prefixes, a public address unless the operator allowed the range); every
+  connection checks the address again (`lucid_hub.outbound`: DNS rebinding).
+- A POST carries the notification as JSON, `X-Hub-Signature: sha256=<HMAC of the body with
+  the subscription's secret>` when it has one, and `X-Lucid-Subscription` and
+  `X-Lucid-Sequence` (the receiver drops a sequence it has already seen: a retry after a lost
+  answer sends it again).
+- Access is checked again before each POST; a subscription whose access is gone ends.
+- 2xx: delivered. 410: the subscription ends. Anything else (or no answer): retried with
+  backoff doubling from LUCID_DELIVERY_BACKOFF_BASE up to LUCID_DELIVERY_BACKOFF_MAX, with
+  jitter; after LUCID_DELIVERY_MAX_ATTEMPTS failures in a row the subscription ends, with
+  the last error as its reason.
+- A callback behind the notifications the hub keeps (LUCID_QUERY_RETAIN) receives one reset
+  message (the current results) instead of the ones it missed.
+
+Only the evaluating process delivers; state is in the database (`callback_seq`,
+`callback_attempts`, `callback_next_at`, `callback_error`), so a restart goes on where it
+stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import urllib3
+from sqlalchemy import or_, select, update
+
+from lucid_hub import outbound
+from lucid_hub.config import Settings
+from lucid_hub.db.models import QuerySubscription
+from lucid_hub.db.session import Database
+from lucid_hub.db.times import now
+from lucid_hub.outbound import AddressPolicy
+
+log = logging.getLogger(__name__)
+
+BATCH = 20  # notifications one round POSTs to a callback before others get a turn
+LOOK = 1.0  # seconds between looks for due retries when nothing wakes the sender
+
+
+class Webhooks:
+    """Sends query notifications to callbacks (the evaluating process runs one)."""
+
+    def __init__(self, settings: Settings, db: Database,
+                 messages: Callable[[str, int, int], list[tuple[int, dict[str, Any]]]],
+                 may_deliver: Callable[[str], bool], end: Callable[[str, str], None]) -> None:
+        self.settings = settings
+        self.db = db
+        self.messages = messages  # (sid, after, limit) -> notifications, as QueryService gives them
+        self.may_deliver = may_deliver  # access re-check (ends the subscription when it fails)
+        self.end = end
+        self.pool = outbound.pool_manager(AddressPolicy.of(settings), num_pools=64, maxsize=2, retries=False,
+                                          headers={"User-Agent": "lucid-hub query webhooks"},
+                                          timeout=urllib3.Timeout(total=settings.delivery_timeout))
+        self._threads = max(1, min(8, settings.delivery_threads))
+        self._executor: ThreadPoolExecutor | None = None
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.posted = 0  # POSTs made (for tests and metrics)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="query-webhook")
+        self._thread = threading.Thread(target=self._run, name="query-webhooks", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        self.pool.clear()
+
+    def wake(self) -> None:
+        """A notification was written: look for callbacks to send it to."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(LOOK)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                for sid in self.due():
+                    self._submit(sid)
+            except Exception:  # the loop must go on; each failure is logged
+                log.exception("query webhooks: a round failed")
+
+    def due(self) -> list[str]:
+        """Subscriptions whose callback has notifications to take, now."""
+        q = QuerySubscription
+        with self.db.session() as session:
+            return list(session.scalars(select(q.id).where(
+                q.state == "active", q.callback.is_not(None), q.callback_seq < q.sequence,
+                or_(q.callback_next_at.is_(None), q.callback_next_at <= now()))))
+
+    def _submit(self, sid: str) -> None:
+        with self._lock:
+            if sid in self._busy or self._executor is None:
+                return
+            self._busy.add(sid)
+        self._executor.submit(self._deliver_then_release, sid)
+
+    def _deliver_then_release(self, sid: str) -> None:
+        try:
+            if self.deliver(sid):
+                self._wake.set()  # more to send: another round (others get a turn first)
+        except Exception:
+            log.exception("query webhooks: delivering to subscription %s failed", sid)
+        finally:
+            with self._lock:
+                self._busy.discard(sid)
+
+    def deliver(self, sid: str) -> bool:
+        """POST up to BATCH of a subscription's due notifications; whether more are due."""
+        with self.db.session() as session:
+            row = session.get(QuerySubscription, sid)
+            if row is None or row.state != "active" or row.callback is None:
+                return False
+            callback, secret, after, attempts = row.callback, row.secret, row.callback_seq, row.callback_attempts
+        found = self.messages(sid, after, BATCH)
+        for sequence, body in found:
+            if not self.may_deliver(sid):
+                return False
+            status, error = self._post(callback, secret, sid, sequence, body)
+            self.posted += 1
+            if 200 <= status < 300:
+                self._record(sid, callback_seq=sequence, callback_attempts=0, callback_next_at=None,
+                             callback_error="")
+                attempts = 0
+                continue
+            if status == 410:
+                self.end(sid, "the callback answered 410 Gone: the subscription ended")
+                return False
+            attempts += 1
+            if attempts >= self.settings.delivery_max_attempts:
+                self.end(sid, f"the callback failed {attempts} times in a row (last: {error}): the subscription "
+                              "ended (LUCID_DELIVERY_MAX_ATTEMPTS)")
+                return False
+            delay = min(self.settings.delivery_backoff_max, self.settings.delivery_backoff_base * 2 ** (attempts - 1))
+            jitter = random.uniform(0.5, 1.0)  # noqa: S311 (spreading retries, not security)
+            self._record(sid, callback_attempts=attempts, callback_error=error[:1024],
+                         callback_next_at=now() + timedelta(seconds=delay * jitter))
+            return False
+        return len(found) == BATCH
+
+    def _record(self, sid: str, **values: Any) -> None:
+        with self.db.session() as session:
+            session.execute(update(QuerySubscription).where(QuerySubscription.id == sid).values(**values))
+
+    def _post(self, callback: str, secret: str | None, sid: str, sequence: int,
+              message: dict[str, Any]) -> tuple[int, str]:
+        body = json.dumps(message).encode()
+        headers = {"Content-Type": "application/json", "X-Lucid-Subscription": sid,
+                   "X-Lucid-Sequence": str(sequence)}
+        if secret:
+            headers["X-Hub-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        try:
+            answer = self.pool.request("POST", callback, body=body, headers=headers, redirect=False,
+                                       preload_content=True)
+            return answer.status, f"HTTP {answer.status}"
+        except urllib3.exceptions.HTTPError as exc:
+            return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]

@@ -1,0 +1,134 @@
+"""Webhooks of continuous query subscriptions: signed POSTs in sequence order to a real HTTP
+callback on loopback, with WebSub's callback rules (prefixes, address policy) and retries
+(backoff, 410, too many failures), and access checked again before each POST."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lucid_hub.policy.model import Condition
+from tests.conftest import Callback, RunningHub, running_hub
+from tests.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
+
+ENV = {"LUCID_DEV_MODE": "1", "LUCID_DELIVERY_BACKOFF_BASE": "0.05", "LUCID_DELIVERY_BACKOFF_MAX": "0.2",
+       "LUCID_DELIVERY_MAX_ATTEMPTS": "4"}
+
+
+@pytest.fixture
+def hook_hub(tmp_path: Path, db_url: str) -> Iterator[RunningHub]:
+    with running_hub(tmp_path / "data", db_url, ENV) as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        yield hub
+
+
+def partner(hub: RunningHub, callback: Callback) -> tuple[Any, str]:
+    """A session of a buyer whose registered callback prefix covers `callback` (and who may
+    read the orders), and its token."""
+    if "urn:c:orders" not in {c.iri for c in hub.runtime.policies.conditions()}:
+        hub.runtime.policies.create([Condition("urn:c:orders", requiresGroup=("buyers",), readGraph=(ORDERS,))],
+                                    "admin")
+    prefix = callback.url.split("/callbacks/")[0] + "/callbacks/"
+    record, _secret = hub.runtime.clients.create("webhook partner", groups=["buyers"], scopes=["graphs:read"],
+                                                 callback_prefixes=[prefix])
+    token = str(hub.runtime.tokens.issue(record, "graphs:read"))
+    return hub.session(token), token
+
+
+def hook(hub: RunningHub, http: Any, callback: Callback, **extra: Any) -> str:
+    answer = http.post(f"{hub.url}/subscriptions", json={"sparql": MINE, "callback": callback.url, **extra})
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["notification"]["spuid"])
+
+
+def sequences(callback: Callback) -> list[int]:
+    return [json.loads(body)["notification"]["sequence"] for _headers, body in callback.deliveries]
+
+
+def test_notifications_are_posted_signed_and_in_order(hook_hub: RunningHub, callback: Callback) -> None:
+    hub = hook_hub
+    http, _token = partner(hub, callback)
+    spuid = hook(hub, http, callback, secret="s3cret")
+    callback.wait(lambda: sequences(callback) == [0])
+    update(hub, status("o1", "open", "packed"))
+    update(hub, status("o1", "packed", "shipped"))
+    callback.wait(lambda: sequences(callback) == [0, 1, 2])
+    for headers, body in callback.deliveries:
+        expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+        assert headers["X-Hub-Signature"] == expected
+        assert headers["X-Lucid-Subscription"] == spuid and headers["Content-Type"] == "application/json"
+        assert headers["X-Lucid-Sequence"] == str(json.loads(body)["notification"]["sequence"])
+    last = json.loads(callback.deliveries[-1][1])["notification"]
+    assert [b["s"]["value"] for b in last["addedResults"]["results"]["bindings"]] == ["shipped"]
+    described = http.get(f"{hub.url}/subscriptions/{spuid}").json()
+    assert described["webhook"]["delivered"] == 2 and described["webhook"]["error"] is None
+    assert "secret" not in json.dumps(described) and "s3cret" not in json.dumps(described)
+
+
+def test_failed_posts_are_retried_in_order_and_410_ends_the_subscription(hook_hub: RunningHub,
+                                                                          callback: Callback) -> None:
+    hub = hook_hub
+    http, _token = partner(hub, callback)
+    callback.statuses = [500, 503, 502]  # three failures, then 200
+    spuid = hook(hub, http, callback)
+    update(hub, status("o1", "open", "packed"))
+    callback.wait(lambda: sequences(callback) == [0, 1])  # each once, in order, after the retries
+    assert hub.runtime.queries.webhooks.posted >= 5
+    callback.statuses = [410]
+    update(hub, status("o1", "packed", "shipped"))
+    callback.wait(lambda: hub.runtime.queries.state(spuid)[0] == "ended")
+    assert "410" in hub.runtime.queries.state(spuid)[1] and sequences(callback) == [0, 1]
+
+
+def test_a_callback_that_keeps_failing_ends_the_subscription_with_the_reason(hook_hub: RunningHub,
+                                                                              callback: Callback) -> None:
+    hub = hook_hub
+    http, _token = partner(hub, callback)
+    callback.statuses = [500] * 4  # LUCID_DELIVERY_MAX_ATTEMPTS
+    spuid = hook(hub, http, callback)
+    callback.wait(lambda: hub.runtime.queries.state(spuid)[0] == "ended")
+    reason = hub.runtime.queries.state(spuid)[1]
+    assert "failed 4 times" in reason and "HTTP 500" in reason and callback.deliveries == []
+
+
+def test_no_post_once_the_token_is_revoked(hook_hub: RunningHub, callback: Callback) -> None:
+    """The first POST is held at the callback while the token is revoked; it fails, and the
+    retry finds the revocation (checked before every POST): the subscription ends unsent."""
+    hub = hook_hub
+    rt = hub.runtime
+    http, token = partner(hub, callback)
+    gate = threading.Event()
+    callback.hold_first, callback.statuses = gate, [500]
+    spuid = hook(hub, http, callback)
+    assert callback.holding.wait(30)
+    rt.tokens.revoke(rt.tokens.validate(token))
+    gate.set()
+    callback.wait(lambda: rt.queries.state(spuid)[0] == "ended")
+    assert "revoked" in rt.queries.state(spuid)[1] and callback.deliveries == []
+    assert rt.queries.webhooks.posted == 1
+
+
+@pytest.mark.parametrize(("spec", "status_code", "says"), [
+    ({"callback": "http://127.0.0.1:1/elsewhere/"}, 400, "callback prefixes"),
+    ({"callback": 7}, 400, "callback must be a URL"),
+    ({"callback": "ftp://x/"}, 400, "callback"),
+    ({"secret": "x"}, 400, "give it with a callback"),
+    ({"callback": "CALLBACK", "secret": "x" * 300}, 400, "secret"),
+    ({"callback": "CALLBACK", "secret": 5}, 400, "secret must be a string"),
+])
+def test_bad_callbacks_and_secrets_are_refused_and_nothing_is_kept(hook_hub: RunningHub, callback: Callback,
+                                                                   spec: dict[str, Any], status_code: int,
+                                                                   says: str) -> None:
+    hub = hook_hub
+    http, _token = partner(hub, callback)
+    spec = {k: callback.url if v == "CALLBACK" else v for k, v in spec.items()}
+    answer = http.post(f"{hub.url}/subscriptions", json={"sparql": MINE, **spec})
+    assert answer.status_code == status_code and says in answer.text, answer.text
+    assert hub.runtime.queries.webhooks.due() == [] and hub.runtime.queries._live == {}
