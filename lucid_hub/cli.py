@@ -673,6 +673,24 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, 
     run(counts, deliveries, kafka, baseline, workers, database)
 
 
+@bench.command("queries")
+@click.option("--subscriptions", default="10,100,1000", show_default=True, help="Comma-separated counts.")
+@click.option("--patches", default=200, show_default=True, help="Patches per phase (steady rate, then a burst).")
+@click.option("--rate", default=20.0, show_default=True, help="Patches per second in the latency phase.")
+@click.option("--idle", default=1000, show_default=True,
+              help="Idle subscriptions added after the last count to measure memory per subscription (0: skip).")
+@click.option("--seed", default=1, show_default=True)
+def bench_queries(subscriptions: str, patches: int, rate: float, idle: int, seed: int) -> None:
+    """Continuous query subscriptions: latency, notifications/s, evaluations per patch, memory,
+    against the naive strategy (re-run every subscription after every patch)."""
+    from lucid_hub.tools.bench.queries import run
+
+    counts = _counts(subscriptions, "--subscriptions")
+    if any(n < 1 for n in counts) or patches < 1 or rate <= 0 or idle < 0:
+        raise InputError("--subscriptions, --patches and --rate must be positive, --idle at least 0")
+    run(counts, patches, rate, idle, seed)
+
+
 @bench.command("diff")
 @click.option("--sizes", default="1000000,10000000", show_default=True,
               help="Comma-separated snapshot sizes in triples; the scaling factor is last / first.")

@@ -37,6 +37,13 @@ QUERIES = [
     P + "SELECT ?g ?s WHERE { GRAPH ?g { ?s ex:p1 ?o } }",
     P + "SELECT ?s ?l ?q WHERE { ?s ex:line ?l . ?l ex:qty ?q }",  # blank nodes
     P + "SELECT (COUNT(DISTINCT ?s) AS ?n) WHERE { ?s ?p ?o }",  # the default graph, one row always
+    # conjunctive queries with constants: matched against the store (worker.py, _affected)
+    P + "SELECT ?s ?o WHERE { ?s ex:p0 ?o . ?s ex:p1 ex:s2 }",
+    P + "SELECT ?s ?v ?o WHERE { ?s ex:p1 ex:s1 OPTIONAL { ?s ex:p2 ?v . ?s ex:p0 ?o } }",
+    P + "SELECT ?s (COUNT(?o) AS ?n) WHERE { ?s ex:p0 ?o . ?o ex:p1 ex:s3 } GROUP BY ?s",
+    P + "SELECT ?s ?q WHERE { ?s ex:line [ ex:qty ?q ] . ?s ex:p0 ex:s0 FILTER(?q > 0) }",
+    P + "ASK { ex:s0 ex:p0 ?o . ?o ex:p2 2 }",
+    P + "SELECT ?s ?t WHERE { ?s ex:p0 ex:s1 BIND(STR(?s) AS ?t) ?s ex:p1 ?x }",
 ]
 
 subjects = st.sampled_from([f"<{EX}s{i}>" for i in range(4)])
@@ -163,9 +170,9 @@ def test_the_replica_skips_changes_it_loaded_and_reloads_after_its_worker_died(r
         publish(1)
         engine.ensure({graph})
         engine.register("q", f"SELECT ?o WHERE {{ ?s <{EX}p0> ?o }}", [graph], [graph], [])
-        assert engine.apply(seen[-1]) == "stale"
+        assert engine.apply(seen[-1])[0] == "stale"
         publish(2)
-        assert engine.apply(seen[-1]) == "applied"
+        assert engine.apply(seen[-1])[0] == "applied"
         assert engine.evaluate("q")["rows"] == [{"o": {"type": "uri", "value": f"{EX}o2"}}]
         assert engine._worker is not None
         engine._worker.kill()
@@ -173,7 +180,7 @@ def test_the_replica_skips_changes_it_loaded_and_reloads_after_its_worker_died(r
         publish(4)
         # a new worker, loaded as the store is now
         assert engine.evaluate("q")["rows"] == [{"o": {"type": "uri", "value": f"{EX}o4"}}]
-        assert [engine.apply(c) for c in seen[-2:]] == ["reloaded", "stale"]
+        assert [engine.apply(c)[0] for c in seen[-2:]] == ["reloaded", "stale"]
     finally:
         rt.store.unwatch(seen.append)
         engine.close()

@@ -27,6 +27,7 @@ class Registration:
     default: list[str]
     named: list[str]
     patterns: list[list[str | None]]
+    incremental: bool = False  # conjunctive: a change is matched against the store, not only the index
 
     @property
     def graphs(self) -> set[str]:
@@ -120,27 +121,30 @@ class QueryEngine:
             for graph in sorted(graphs - self._graphs.keys()):
                 self._load(graph)
 
-    def apply(self, change: StoreChange) -> str:
-        """Move a held graph by one store change: "applied"; "stale" when the graph was
+    def apply(self, change: StoreChange, candidates: set[str] | None = None) -> tuple[str, set[str]]:
+        """Move a held graph by one store change, and say which of the `candidates` (the
+        subscriptions the index matched) it can affect (worker.py, `_affected`): "applied";
+        "stale" when the graph was
         loaded after the change was made (it holds it already: nothing to evaluate);
         "reloaded" when the change was not the graph's next one (loaded again from the
         store: every subscription on it may have changed); "ignored" when not held."""
         with self.lock:
             if change.graph not in self._graphs:
-                return "ignored"
+                return "ignored", set()
             if change.generation <= self._loaded[change.graph]:
-                return "stale"
+                return "stale", set()
             if change.patch is None:
                 self._call({"op": "change", "graph": change.graph, "drop": True}, timeout=LOAD_TIMEOUT)
                 self._graphs[change.graph] = None
-                return "reloaded"
+                return "reloaded", set()
             if self._graphs[change.graph] != change.prev:
                 self._load(change.graph)
-                return "reloaded"
+                return "reloaded", set()
             body = json.dumps({"removed": change.removed, "added": change.added}).encode()
-            self._call({"op": "change", "graph": change.graph}, body, timeout=LOAD_TIMEOUT)
+            answer = self._call({"op": "change", "graph": change.graph, "candidates": sorted(candidates or ())},
+                                body, timeout=LOAD_TIMEOUT)
             self._graphs[change.graph] = change.patch
-            return "applied"
+            return "applied", set(answer.header.get("affected") or ())
 
     # --- subscriptions ---------------------------------------------------------------------
     def register(self, sid: str, text: str, readable: list[str], default: list[str] | None,
@@ -150,7 +154,8 @@ class QueryEngine:
                                  "named": named}, text.encode()).header
             # Kept as the party asked, so that a new worker registers it the same way.
             self._registered[sid] = (text, readable, answer["default"], answer["named"])
-            return Registration(answer["form"], answer["default"], answer["named"], answer["patterns"])
+            return Registration(answer["form"], answer["default"], answer["named"], answer["patterns"],
+                                bool(answer.get("incremental")))
 
     def evaluate(self, sid: str) -> dict[str, Any]:
         """The subscription's results on the graphs as the worker holds them now."""

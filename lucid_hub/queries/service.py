@@ -142,6 +142,8 @@ class QueryService:
         self._thread: threading.Thread | None = None
         self._revocations_checked = 0.0
         self.evaluations = 0  # subscriptions evaluated after changes (for the benchmark)
+        self.changes = 0  # store changes processed
+        self.busy = 0.0  # seconds spent processing them (matching, evaluating, diffing, writing)
         self.failures = 0
         self.webhooks = Webhooks(settings, db, self.messages, self.may_deliver, self._end)
 
@@ -318,21 +320,23 @@ class QueryService:
                     change = self._changes.get_nowait()
                 except queue.Empty:
                     return
+                started = time.perf_counter()
                 self._process(change)
+                self.changes += 1
+                self.busy += time.perf_counter() - started
 
     def _process(self, change: StoreChange) -> None:
         if change.graph == POLICY_GRAPH:
             self.policies.refresh(every=0)
             for live in list(self._live.values()):
                 self._check_access(live)
-        applied = self.engine.apply(change)
+        candidates = (self.index.matching(change.graph, [*change.removed, *change.added])
+                      if change.removed is not None and change.added is not None else set())
+        applied, affected = self.engine.apply(change, candidates)
         if applied in ("ignored", "stale"):
             return
         if applied == "reloaded":  # (or dropped) every subscription on the graph may have changed
             affected = {sid for sid, live in self._live.items() if change.graph in live.registration.graphs}
-        else:
-            assert change.removed is not None and change.added is not None
-            affected = self.index.matching(change.graph, [*change.removed, *change.added])
         for sid in sorted(affected):
             found = self._live.get(sid)
             if found is not None:

@@ -88,16 +88,24 @@ def _load(request: Frame) -> Frame:
 
 
 def _change(request: Frame) -> Frame:
+    """Apply a change; with `candidates` (subscriptions whose patterns the changed triples can
+    match), answer which of them it can affect: removed triples are checked on the graph
+    before the change, added ones after it (see `_affected`)."""
     graph = ox.NamedNode(request.header["graph"])
     if request.header.get("drop"):
         if _store.contains_named_graph(graph):
             _store.remove_graph(graph)
         return Frame({"status": "ok"})
     change = json.loads(request.body)
-    for quad in _quads(change["removed"], graph):
+    candidates = list(request.header.get("candidates") or [])
+    removed, added = _quads(change["removed"], graph), _quads(change["added"], graph)
+    affected = _affected(candidates, graph.value, removed, set()) if candidates else set()
+    for quad in removed:
         _store.remove(quad)
-    _store.extend(_quads(change["added"], graph))
-    return Frame({"status": "ok"})
+    _store.extend(added)
+    if candidates:
+        affected = _affected(candidates, graph.value, added, affected)
+    return Frame({"status": "ok", "affected": sorted(affected)})
 
 
 # --- subscriptions -----------------------------------------------------------------------------
@@ -138,9 +146,11 @@ def _register(request: Frame) -> Frame:
     if unreadable:
         raise Refused("forbidden", f"the query's dataset names graphs you may not read: {', '.join(unreadable[:5])}")
     patterns = _patterns(query.algebra)
+    contexts = _contexts(query.algebra)
     _subscriptions[str(header["id"])] = {"text": text, "base": header.get("base"), "default": default,
-                                         "named": named, "form": form}
-    return Frame({"status": "ok", "form": form, "default": default, "named": named, "patterns": patterns})
+                                         "named": named, "form": form, "contexts": contexts}
+    return Frame({"status": "ok", "form": form, "default": default, "named": named, "patterns": patterns,
+                  "incremental": contexts is not None})
 
 
 def _constant(term: Any) -> str | None:
@@ -175,6 +185,180 @@ def _patterns(tree: Any) -> list[list[str | None]]:
                      else [[_constant(s), _constant(p), _constant(o)]])
             patterns.extend(pattern for pattern in found if pattern not in patterns)
     return patterns
+
+
+# --- which subscriptions a change can affect ---------------------------------------------------
+#
+# Written here: no library finds, for a changed triple, the subscriptions it can affect.
+#
+# A query whose graph pattern is conjunctive (basic graph patterns, FILTER, BIND, OPTIONAL,
+# GRAPH <iri>, under any of SELECT/ASK/CONSTRUCT, DISTINCT, ORDER BY, LIMIT, GROUP BY and
+# aggregates) can only change its results when a changed triple takes part in a solution
+# of the patterns it must hold together with: the required patterns, and for a pattern
+# inside OPTIONAL the required patterns with the optional group's. So for a removed triple
+# (on the graph before the change) or an added one (after it) that matches pattern P, the
+# subscription is affected only if P's context, with P's variables bound to the triple's
+# terms, has a solution. Why that is enough: a solution in the old results and not in the
+# new holds in the old state and uses a removed triple; one in the new results and not in
+# the old holds in the new state and uses an added triple; either way that triple, bound
+# into its pattern, leaves the context a solution in that state. Aggregates, DISTINCT,
+# ORDER BY and LIMIT are functions of the solutions: unchanged solutions, unchanged
+# results. Subscriptions whose contexts differ only in IRIs (the same query
+# for another partner) share one query: the IRIs become VALUES rows, and the query answers
+# which rows have a solution. Filters are left out (more subscriptions are evaluated, never
+# fewer). Anything else (UNION, MINUS, EXISTS, property paths, subqueries, VALUES, GRAPH
+# ?g) is evaluated whenever the index says its patterns can match.
+
+Pattern = tuple[str, str, str, str | None]  # s, p, o as SPARQL terms; the graph IRI (None: default)
+_MODIFIERS = {"SelectQuery", "AskQuery", "ConstructQuery", "Project", "Distinct", "Reduced", "Slice", "OrderBy",
+              "Group", "AggregateJoin", "ToMultiSet"}
+
+
+class _Open(Exception):
+    """The query is not conjunctive: no narrowing."""
+
+
+def _contexts(tree: Any) -> list[tuple[Pattern, list[Pattern]]] | None:
+    """Each triple pattern of a conjunctive query with the patterns it must hold with (None
+    when the query is not conjunctive)."""
+    node = tree
+    try:
+        while getattr(node, "name", None) in _MODIFIERS | {"Filter", "Extend"}:
+            if node.name in ("Filter", "Extend"):
+                _no_pattern_in(node.expr)
+            node = node.p
+        required, optional = _conjunctive(node, None)
+    except _Open:
+        return None
+    return [(pattern, required) for pattern in required] + optional
+
+
+def _no_pattern_in(expression: Any) -> None:
+    if any(getattr(n, "name", "") in ("Builtin_EXISTS", "Builtin_NOTEXISTS") for n in _walk(expression)):
+        raise _Open
+
+
+def _conjunctive(node: Any, graph: str | None) -> tuple[list[Pattern], list[tuple[Pattern, list[Pattern]]]]:
+    """(required patterns, [(optional pattern, its context)]) of a group."""
+    name = getattr(node, "name", None)
+    if name == "BGP":
+        return [(_sparql(s), _sparql(p), _sparql(o), graph) for s, p, o in node.triples], []
+    if name in ("Filter", "Extend"):
+        _no_pattern_in(node.expr)
+        return _conjunctive(node.p, graph)
+    if name == "Graph" and isinstance(node.term, rdflib.URIRef):
+        return _conjunctive(node.p, f"<{node.term}>")
+    if name == "Join":
+        r1, o1 = _conjunctive(node.p1, graph)
+        r2, o2 = _conjunctive(node.p2, graph)
+        return r1 + r2, [(p, c + r2) for p, c in o1] + [(p, c + r1) for p, c in o2]
+    if name == "LeftJoin":
+        if node.expr is not None:
+            _no_pattern_in(node.expr)
+        r1, o1 = _conjunctive(node.p1, graph)
+        r2, o2 = _conjunctive(node.p2, graph)
+        return r1, o1 + [(p, r1 + r2) for p in r2] + [(p, c + r1) for p, c in o2]
+    raise _Open
+
+
+def _sparql(term: Any) -> str:
+    if isinstance(term, rdflib.Variable):
+        return f"?{term}"
+    if isinstance(term, rdflib.BNode):  # a blank node in a pattern is a variable
+        return "?_b" + "".join(c if c.isalnum() else "_" for c in str(term))
+    if isinstance(term, rdflib.URIRef):
+        return f"<{term}>"
+    if isinstance(term, rdflib.Literal):
+        return str(term.n3())
+    raise _Open  # a property path
+
+
+def _bind(pattern: Pattern, triple: tuple[str, str, str], graph: str, default: list[str]) -> dict[str, str] | None:
+    """The pattern's variables bound to the triple's terms; None when it cannot match.
+    A literal in the pattern matches any object: the store holds typed literals in value
+    form, which the pattern's lexical form may not be (the context query decides)."""
+    if (pattern[3] is None and graph not in default) or (pattern[3] is not None and pattern[3] != f"<{graph}>"):
+        return None
+    binding: dict[str, str] = {}
+    for term, value in zip(pattern[:3], triple, strict=True):
+        if term.startswith("?"):
+            if binding.setdefault(term, value) != value:
+                return None
+        elif term.startswith("<") and term != value:
+            return None
+    return binding
+
+
+def _template(patterns: list[Pattern], binding: dict[str, str]) -> tuple[str, list[str]]:
+    """The context as a group graph pattern, bound variables replaced by the triple's terms
+    and subject/object IRIs by parameters `?__kN`; and the parameters' IRIs."""
+    params: list[str] = []
+    by_graph: dict[str | None, list[str]] = {}
+    for s, p, o, g in patterns:
+        terms = []
+        for position, term in enumerate((s, p, o)):
+            if term in binding:
+                term = binding[term]
+            elif term.startswith("<") and position != 1:
+                params.append(term)
+                term = f"?__k{len(params) - 1}"
+            terms.append(term)
+        by_graph.setdefault(g, []).append(" ".join(terms) + " .")
+    body = " ".join(" ".join(lines) if g is None else f"GRAPH {g} {{ {' '.join(lines)} }}"
+                    for g, lines in by_graph.items())
+    return body, params
+
+
+def _affected(candidates: list[str], graph: str, quads: list[ox.Quad], found: set[str]) -> set[str]:
+    """`found` and the candidates the changed quads can affect (on the store as it is now)."""
+    found = set(found)
+    triples = [(str(q.subject), str(q.predicate), str(q.object)) for q in quads]
+    groups: dict[tuple[str, tuple[str, ...], tuple[str, ...], int], dict[tuple[str, ...], set[str]]] = {}
+    for sid in candidates:
+        sub = _subscriptions.get(sid)
+        if sid in found or sub is None:
+            continue
+        if sub["contexts"] is None:
+            found.add(sid)
+            continue
+        for pattern, context in sub["contexts"]:
+            rest = list(context)
+            if pattern in rest:
+                rest.remove(pattern)
+            for triple in triples:
+                binding = _bind(pattern, triple, graph, sub["default"])
+                if binding is None:
+                    continue
+                if not rest:
+                    found.add(sid)
+                    break
+                body, params = _template(rest, binding)
+                key = (body, tuple(sub["default"]), tuple(sub["named"]), len(params))
+                groups.setdefault(key, {}).setdefault(tuple(params), set()).add(sid)
+    for (body, default, named, width), rows in groups.items():
+        waiting = {values: sids - found for values, sids in rows.items() if sids - found}
+        if not waiting:
+            continue
+        names = [f"?__k{i}" for i in range(width)]
+        if width:
+            values = " ".join(f"({' '.join(v)})" for v in waiting)
+            text = f"SELECT DISTINCT {' '.join(names)} WHERE {{ VALUES ({' '.join(names)}) {{ {values} }} {body} }}"
+        else:
+            text = f"ASK {{ {body} }}"
+        try:
+            result: Any = _store.query(text, default_graph=[ox.NamedNode(g) for g in default] or [NO_GRAPH],
+                                       named_graphs=[ox.NamedNode(g) for g in named] or [NO_GRAPH])
+        except (SyntaxError, OSError):  # cannot narrow: every one of them is evaluated
+            found.update(s for sids in waiting.values() for s in sids)
+            continue
+        if not width:
+            if bool(result):
+                found.update(s for sids in waiting.values() for s in sids)
+            continue
+        for solution in result:
+            row = tuple(str(solution[n[1:]]) for n in names)
+            found.update(waiting.get(row, set()))
+    return found
 
 
 # --- evaluation --------------------------------------------------------------------------------
