@@ -27,9 +27,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Table, bindparam, delete, insert, select, update
 
 from lucid_hub.auth.tokens import Principal, TokenService
 from lucid_hub.config import Settings
@@ -287,7 +287,8 @@ class QueryService:
         self._live[row.id] = live
         self.index.add(row.id, registration)
         self.engine.ensure(registration.graphs)
-        self._refresh(live, [])
+        message = self._refresh(live, [])
+        self._write([] if message is None else [(live, message)])
 
     # --- following the store ---------------------------------------------------------------
     def _run(self) -> None:
@@ -337,44 +338,59 @@ class QueryService:
             return
         if applied == "reloaded":  # (or dropped) every subscription on the graph may have changed
             affected = {sid for sid, live in self._live.items() if change.graph in live.registration.graphs}
-        for sid in sorted(affected):
-            found = self._live.get(sid)
-            if found is not None:
-                self._refresh(found, [change.patch] if change.patch else [])
+        written: list[tuple[_Live, dict[str, Any]]] = []
+        try:
+            for sid in sorted(affected):
+                found = self._live.get(sid)
+                message = None if found is None else self._refresh(found, [change.patch] if change.patch else [])
+                if message is not None:
+                    written.append((found, message))  # type: ignore[arg-type]
+        finally:
+            self._write(written)  # one transaction for the patch's notifications
 
-    def _refresh(self, live: _Live, patches: list[str]) -> None:
-        """Evaluate a subscription again; notify its change (if any)."""
+    def _refresh(self, live: _Live, patches: list[str]) -> dict[str, Any] | None:
+        """Evaluate a subscription again; the notification of its change (None: none, or
+        the subscription ended). The caller writes it."""
         if not self._check_access(live):
-            return
+            return None
         self.evaluations += 1
         try:
             new = rs.Results.of(self.engine.evaluate(live.id))
         except BudgetExceeded as exc:
             self._end(live.id, f"an evaluation {exc.args[0]} (LUCID_QUERY_BUDGET, {self.settings.query_budget:g} s): "
                                "the subscription was stopped")
-            return
+            return None
         except Refusal as refusal:
             self._end(live.id, f"the subscription was stopped: {refusal.message}")
-            return
+            return None
         change = rs.diff(live.results, new)
         if change.empty:
-            return
+            return None
         live.sequence += 1
         live.results = new
-        message = rs.notification(live.id, live.alias, live.sequence, change, patches=patches)
-        self._write(live, message)
+        return rs.notification(live.id, live.alias, live.sequence, change, patches=patches)
 
-    def _write(self, live: _Live, message: dict[str, Any]) -> None:
+    def _write(self, written: list[tuple[_Live, dict[str, Any]]]) -> None:
+        """Store notifications with their subscriptions' new results and sequences (one
+        transaction), prune what is no longer kept, wake the channels."""
+        if not written:
+            return
         stamp = now()
+        subscriptions = cast(Table, QuerySubscription.__table__)
+        notifications = cast(Table, QueryNotification.__table__)
         with self.db.session() as session:
-            session.execute(update(QuerySubscription).where(QuerySubscription.id == live.id).values(
-                sequence=live.sequence, results=json.dumps(live.results.as_dict()), updated_at=stamp))
-            session.add(QueryNotification(subscription=live.id, sequence=live.sequence, body=json.dumps(message),
-                                          created_at=stamp))
-            if live.sequence % 100 == 0 or live.sequence > self.settings.query_retain:
-                session.execute(delete(QueryNotification).where(
-                    QueryNotification.subscription == live.id,
-                    QueryNotification.sequence <= live.sequence - self.settings.query_retain))
+            session.execute(update(subscriptions).where(subscriptions.c.id == bindparam("b_id")).values(
+                sequence=bindparam("b_sequence"), results=bindparam("b_results"), updated_at=stamp), [
+                {"b_id": live.id, "b_sequence": live.sequence, "b_results": json.dumps(live.results.as_dict())}
+                for live, _message in written])
+            session.execute(insert(notifications), [
+                {"subscription": live.id, "sequence": live.sequence, "body": json.dumps(message), "created_at": stamp}
+                for live, message in written])
+            for live, _message in written:
+                if live.sequence % 100 == 0 or live.sequence > self.settings.query_retain:
+                    session.execute(delete(QueryNotification).where(
+                        QueryNotification.subscription == live.id,
+                        QueryNotification.sequence <= live.sequence - self.settings.query_retain))
         self._wake_channels()
 
     def _wake_channels(self) -> None:
