@@ -450,3 +450,15 @@ def test_a_process_that_does_not_evaluate_hands_subscriptions_to_the_one_that_do
                 other.queries.subscribe(admin, "SELECT WHERE {")
         finally:
             other.close()
+
+
+def test_bench_queries_runs_and_reports_every_figure(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("bench", "queries", "--subscriptions", "20", "--patches", "20", "--rate", "50", "--idle", "20")
+    assert result.code == 0, result.err
+    out = result.out
+    for figure in ("== 20 subscriptions", "publish-to-notification", "evaluated per patch", "notifications/s",
+                   "x cheaper", "memory per idle subscription"):
+        assert figure in out, out
+    assert "did not arrive" not in out
+    bad = run_cli("bench", "queries", "--subscriptions", "many")
+    assert bad.code == 1 and "--subscriptions" in bad.err
