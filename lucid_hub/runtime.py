@@ -24,6 +24,7 @@ from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.queries import QueryService
+from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
@@ -53,6 +54,7 @@ class Runtime:
     hub: WebSubHub
     delivery: Deliverer  # delivering once start_delivery(run=True) ran (else a `worker` delivers)
     queries: QueryService  # evaluating (in the leader) once queries.start() ran
+    windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start() ran
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
@@ -113,11 +115,12 @@ class Runtime:
         delivery = Deliverer(settings, db, archive, canonicalizer, policies, deny=notices.deny, stream=stream,
                              metrics=metrics)
         hub = WebSubHub(settings, db, archive, notices, on_subscribed=delivery.subscribed)
+        queries = QueryService(settings, db, store, policies, tokens, publisher.sync_all, evaluates=slot == 0)
         runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db),
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
-                      hub, delivery, QueryService(settings, db, store, policies, tokens, publisher.sync_all,
-                                                  evaluates=slot == 0), leader=slot == 0)
+                      hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens, queries.engine,
+                                                            canonicalizer, evaluates=slot == 0), leader=slot == 0)
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         try:
@@ -134,6 +137,7 @@ class Runtime:
             self.metrics_listener.shutdown()
             self.metrics_listener.server_close()
         self.mirrors.stop()
+        self.windows.stop()
         self.queries.stop()
         self.delivery.stop()
         self.hub.notices.stop()

@@ -261,3 +261,41 @@ class QueryNotification(Base):
     sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WindowedQuery(Base):
+    """A named continuous query over windows of the patch stream (C-SPARQL's model)."""
+
+    __tablename__ = "windowed_queries"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    account: Mapped[str] = mapped_column(String(255), index=True)
+    endpoint_id: Mapped[str] = mapped_column(String(255))
+    groups: Mapped[str] = mapped_column(String(4096), default="")
+    token_id: Mapped[str] = mapped_column(String(255))
+    query: Mapped[str] = mapped_column(Text)
+    graphs: Mapped[str] = mapped_column(Text)  # JSON list of graph IRIs
+    range_spec: Mapped[str] = mapped_column(String(32))  # as registered: "1h", "100" (patches)
+    step_spec: Mapped[str] = mapped_column(String(32))
+    with_state: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16), index=True)  # active, paused, ended
+    reason: Mapped[str] = mapped_column(String(1024), default="")
+    # Where the next window ends: a time (time windows) or a position in the graphs' merged
+    # patch history (count windows).
+    next_end_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    next_end_position: Mapped[int] = mapped_column(Integer, default=0)
+    sequence: Mapped[int] = mapped_column(Integer, default=-1)  # the last result's
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WindowedResult(Base):
+    """One element of a windowed query's output stream: the results of one window."""
+
+    __tablename__ = "windowed_results"
+
+    query: Mapped[str] = mapped_column(String(64), ForeignKey("windowed_queries.name", ondelete="CASCADE"),
+                                       primary_key=True)
+    sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

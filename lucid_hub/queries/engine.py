@@ -164,6 +164,16 @@ class QueryEngine:
             result: dict[str, Any] = json.loads(answer.body)
             return result
 
+    def window(self, text: str, window: str, changes: list[str], state: dict[str, list[str]]) -> dict[str, Any]:
+        """A windowed query's results over its window's changes (graph `window`) and the
+        graphs' states (worker.py, `_window`)."""
+        with self.lock:
+            body = json.dumps({"changes": changes, "state": state}).encode()
+            answer = self._call({"op": "window", "text": text, "window": window, "max_bytes": self.max_result_bytes},
+                                body)
+            result: dict[str, Any] = json.loads(answer.body)
+            return result
+
     def forget(self, sid: str) -> None:
         with self.lock:
             if self._registered.pop(sid, None) is not None and self._worker is not None:

@@ -59,6 +59,8 @@ def handle(request: Frame) -> Frame:
             return _register(request)
         if op == "evaluate":
             return _evaluate(request)
+        if op == "window":
+            return _window(request)
         if op == "forget":
             _subscriptions.pop(str(request.header["id"]), None)
             return Frame({"status": "ok"})
@@ -386,13 +388,40 @@ def _evaluate(request: Frame) -> Frame:
     sub = _subscriptions.get(str(request.header["id"]))
     if sub is None:
         raise Refused("internal", f"subscription {request.header['id']} is not registered")
+    return _run(_store, sub["text"], sub["base"], sub["default"], sub["named"], sub["form"],
+                int(request.header.get("max_bytes") or 0))
+
+
+def _window(request: Frame) -> Frame:
+    """A windowed query over its own dataset: the window's changes (the default graph, also
+    named `WINDOW`) and, when sent, the graphs' states at the window's end (named graphs)."""
+    header, data = request.header, json.loads(request.body)
+    text = str(header["text"])
     try:
-        result: Any = _store.query(sub["text"], base_iri=sub["base"],
-                              default_graph=[ox.NamedNode(g) for g in sub["default"]] or [NO_GRAPH],
-                              named_graphs=[ox.NamedNode(g) for g in sub["named"]] or [NO_GRAPH])
-        if sub["form"] == "ask":
+        parsed = parseQuery(text)
+    except ParseException as exc:
+        raise _syntax(exc, "query") from None
+    _refuse_service(parsed)
+    form = FORMS.get(parsed[1].name)
+    if form is None:
+        raise Refused("unprocessable", "a windowed query is a SELECT, ASK or CONSTRUCT query")
+    window = str(header["window"])
+    store = ox.Store()
+    store.extend(_quads(data["changes"], ox.NamedNode(window)))
+    for graph, lines in data["state"].items():
+        store.extend(_quads(lines, ox.NamedNode(graph)))
+    return _run(store, text, None, [window], [window, *data["state"]], form, int(header.get("max_bytes") or 0))
+
+
+def _run(store: ox.Store, text: str, base: str | None, default: list[str], named: list[str], form: str,
+         limit: int) -> Frame:
+    try:
+        result: Any = store.query(text, base_iri=base,
+                                  default_graph=[ox.NamedNode(g) for g in default] or [NO_GRAPH],
+                                  named_graphs=[ox.NamedNode(g) for g in named] or [NO_GRAPH])
+        if form == "ask":
             body: dict[str, Any] = {"boolean": bool(result)}
-        elif sub["form"] == "construct":
+        elif form == "construct":
             body = {"vars": ["subject", "predicate", "object"],
                     "rows": [{"subject": _term(t.subject), "predicate": _term(t.predicate),
                               "object": _term(t.object)} for t in result]}
@@ -412,7 +441,6 @@ def _evaluate(request: Frame) -> Frame:
     except OSError as exc:
         raise Refused("unprocessable", f"the query failed: {' '.join(str(exc).split())[:300]}") from None
     encoded = json.dumps(body, separators=(",", ":")).encode()
-    limit = int(request.header.get("max_bytes") or 0)
     if limit and len(encoded) > limit:
         raise Refused("too-large", f"the results are larger than {limit:,} bytes (LUCID_QUERY_MAX_RESULT_BYTES); "
                                    "narrow the query")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from lucid_hub.config import Settings
-from lucid_hub.web import admin, archive, errors, graphs, headers, mirrors, oauth, ops, queries, sparql, websub
+from lucid_hub.web import admin, archive, errors, graphs, headers, mirrors, oauth, ops, queries, sparql, websub, windows
 from lucid_hub.web.bodies import BoundedRequest
 from lucid_hub.web.parts import HubParts
 
@@ -26,11 +26,13 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     if app.extensions["lucid"].leader:  # one process of a hub keeps the mirrors and serves the metrics port
         app.extensions["lucid"].mirrors.start()
         app.extensions["lucid"].queries.start()
+        app.extensions["lucid"].windows.start()
         app.extensions["lucid"].start_metrics_listener()
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
-                      admin.api, admin.ui, websub.blueprint, mirrors.blueprint, queries.blueprint, queries.sockets):
+                      admin.api, admin.ui, websub.blueprint, mirrors.blueprint, queries.blueprint, queries.sockets,
+                      windows.blueprint):
         app.register_blueprint(blueprint)
     queries.sock.init_app(app)
     return app

@@ -17,6 +17,7 @@ from lucid_hub.mirror import MirrorService
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.queries import QueryService
+from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.sparql import SparqlGuard
@@ -41,6 +42,7 @@ class HubParts(Protocol):
     hub: WebSubHub
     delivery: Deliverer
     queries: QueryService
+    windows: WindowService
     leader: bool
 
     def start_delivery(self, run: bool = True) -> None: ...

@@ -1,0 +1,174 @@
+"""Windowed continuous queries (C-SPARQL's model): register, evaluate count and time
+windows over the patch stream, the output stream (JSON and Server-Sent Events), replay
+from the archive, pause/restart/delete, access, and bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lucid_hub.policy.model import Condition
+from lucid_hub.queries.windows import GRACE
+from tests.conftest import RunningHub, running_hub
+from tests.test_queries import EX, ORDERS, ORDERS_NT, put, status, update
+
+LH = "https://w3id.org/lucid-hub#"
+RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
+CHANGES = (f"SELECT ?kind (COUNT(*) AS ?n) WHERE {{ ?c <{LH}change> ?kind ; <{RDF}predicate> <{EX}status> }} "
+           "GROUP BY ?kind")
+STATE = f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH <{ORDERS}> {{ ?o <{EX}status> \"shipped\" }} }}"
+
+
+@pytest.fixture
+def orders_hub(tmp_path: Path, db_url: str) -> Iterator[RunningHub]:
+    with running_hub(tmp_path / "data", db_url) as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        yield hub
+
+
+def register(hub: RunningHub, http: Any, name: str, **spec: Any) -> Any:
+    return http.put(f"{hub.url}/windows/{name}", json={"graphs": [ORDERS], **spec})
+
+
+def results(hub: RunningHub, name: str, after: int = -1) -> list[dict[str, Any]]:
+    answer = hub.http.get(f"{hub.url}/windows/{name}/results", params={"after": after})
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["results"])
+
+
+def counts(element: dict[str, Any]) -> dict[str, int]:
+    return {b.get("kind", {}).get("value", "").removeprefix(LH) or "all": int(b["n"]["value"])
+            for b in element["results"]["results"]["bindings"]}
+
+
+def test_count_windows_stream_results_that_replay_from_the_archive(orders_hub: RunningHub) -> None:
+    hub = orders_hub
+    created = register(hub, hub.http, "status-changes", sparql=CHANGES, range=3, step=2)
+    assert created.status_code == 201, created.text
+    assert created.json()["nextWindowEnd"] == 3  # the fixture's PUT is patch 1 of the history
+    assert register(hub, hub.http, "shipped", sparql=STATE, range=1, step=1, state=True).status_code == 201
+    update(hub, status("o1", "open", "packed"))
+    update(hub, status("o1", "packed", "shipped"))
+    hub.runtime.windows.evaluate_due()
+    first = results(hub, "status-changes")
+    assert [e["sequence"] for e in first] == [0] and (first[0]["windowStart"], first[0]["windowEnd"]) == (1, 3)
+    assert len(first[0]["patches"]) == 3
+    assert counts(first[0]) == {"Added": 4, "Removed": 2}  # the PUT added 2 statuses, each update 1 (and removed 1)
+    assert [counts(e)["all"] for e in results(hub, "shipped")] == [0, 1]  # the graph's state at each window's end
+    update(hub, status("o2", "open", "shipped"))
+    update(hub, status("o1", "shipped", "delivered"))
+    hub.runtime.windows.evaluate_due()
+    second = results(hub, "status-changes", after=0)
+    assert [e["sequence"] for e in second] == [1] and (second[0]["windowStart"], second[0]["windowEnd"]) == (3, 5)
+    assert counts(second[0]) == {"Added": 3, "Removed": 3}
+    for element in first + second:  # evaluated again from the archive: the same element
+        replayed = hub.http.get(f"{hub.url}/windows/status-changes/results/{element['sequence']}/replay").json()
+        assert replayed == element
+    # Server-Sent Events resume after the last id seen
+    with hub.http.get(f"{hub.url}/windows/status-changes/events", headers={"Last-Event-ID": "0"}, stream=True,
+                      timeout=30) as events:
+        lines = []
+        for line in events.iter_lines(decode_unicode=True):
+            lines.append(line)
+            if line.startswith("data:"):
+                break
+    assert "id: 1" in lines and json.loads(lines[-1][5:])["sequence"] == 1
+
+
+def test_pause_restart_and_delete(orders_hub: RunningHub) -> None:
+    hub = orders_hub
+    assert register(hub, hub.http, "w", sparql=CHANGES, range=1, step=1).status_code == 201
+    paused = hub.http.post(f"{hub.url}/windows/w", data={"action": "pause"})
+    assert paused.status_code == 200 and paused.json()["state"] == "paused"
+    update(hub, status("o1", "open", "packed"))
+    hub.runtime.windows.evaluate_due()
+    assert results(hub, "w") == []  # nothing while paused
+    restarted = hub.http.post(f"{hub.url}/windows/w", json={"action": "restart"})
+    assert restarted.json()["state"] == "active" and restarted.json()["nextWindowEnd"] == 3
+    update(hub, status("o1", "packed", "shipped"))
+    hub.runtime.windows.evaluate_due()
+    assert [(e["windowStart"], e["windowEnd"]) for e in results(hub, "w")] == [(3, 3)]
+    assert hub.http.delete(f"{hub.url}/windows/w").status_code == 200
+    assert hub.http.get(f"{hub.url}/windows/w").status_code == 404
+
+
+def test_time_windows_end_at_multiples_of_the_step(orders_hub: RunningHub) -> None:
+    """The service's clock is moved past the window's end (instead of waiting 10 minutes)."""
+    hub = orders_hub
+    windows = hub.runtime.windows
+    described = register(hub, hub.http, "hourly", sparql=CHANGES, range="1h", step="10m").json()
+    end = described["nextWindowEnd"]
+    from datetime import datetime
+
+    end_ts = datetime.fromisoformat(end).timestamp()
+    assert end_ts % 600 == 0
+    update(hub, status("o1", "open", "packed"))
+    real = windows.clock
+    try:
+        windows.clock = lambda: end_ts + GRACE - 0.5
+        assert windows.evaluate_due() == 0  # not yet: commits may be in flight
+        windows.clock = lambda: end_ts + GRACE + 0.5
+        assert windows.evaluate_due() == 1
+    finally:
+        windows.clock = real
+    [element] = results(hub, "hourly")
+    assert element["windowEnd"] == end and counts(element) == {"Added": 3, "Removed": 1}
+    replayed = hub.http.get(f"{hub.url}/windows/hourly/results/0/replay").json()
+    assert replayed == element
+
+
+def test_withdrawn_access_ends_the_windowed_query(orders_hub: RunningHub) -> None:
+    hub = orders_hub
+    rt = hub.runtime
+    rt.policies.create([Condition("urn:c:orders", requiresGroup=("buyers",), readGraph=(ORDERS,))], "admin")
+    buyer = hub.session(hub.token("buyer", groups=("buyers",)))
+    assert register(hub, buyer, "mine", sparql=CHANGES, range=1, step=1).status_code == 201
+    rt.policies.delete("urn:c:orders", "admin")
+    update(hub, status("o1", "open", "packed"))
+    rt.windows.evaluate_due()
+    answer = buyer.get(f"{hub.url}/windows/mine/results").json()
+    assert answer["state"] == "ended" and "withdrawn" in answer["reason"] and answer["results"] == []
+
+
+@pytest.mark.parametrize(("name", "spec", "status_code", "says"), [
+    ("-bad", {"sparql": CHANGES, "range": 1, "step": 1}, 400, "name"),
+    ("w", {"sparql": CHANGES, "range": "1x", "step": 1}, 400, "neither a duration"),
+    ("w", {"sparql": CHANGES, "range": "1h", "step": 2}, 400, "both"),
+    ("w", {"sparql": CHANGES, "range": 0, "step": 1}, 400, "between 1"),
+    ("w", {"sparql": CHANGES, "range": 1, "step": 1, "graphs": []}, 400, "graphs"),
+    ("w", {"range": 1, "step": 1}, 400, "sparql"),
+    ("w", {"sparql": "SELECT WHERE {", "range": 1, "step": 1}, 400, ""),
+    ("w", {"sparql": "DESCRIBE <x:y>", "range": 1, "step": 1}, 400, "SELECT, ASK or CONSTRUCT"),
+    ("w", {"sparql": "SELECT * WHERE { ?s ?p ?o } #" + "x" * 120_000, "range": 1, "step": 1}, 413, "longer than"),
+    ("w", {"sparql": CHANGES, "range": 1, "step": 1, "state": "yes"}, 400, "state"),
+])
+def test_bad_registrations_get_a_clear_4xx_and_nothing_is_kept(orders_hub: RunningHub, name: str,
+                                                                 spec: dict[str, Any], status_code: int,
+                                                                 says: str) -> None:
+    hub = orders_hub
+    answer = register(hub, hub.http, name, **spec)
+    assert answer.status_code == status_code and says in answer.text, answer.text
+    assert hub.http.get(f"{hub.url}/windows/{name}").status_code == 404
+
+
+def test_unauthorised_unreadable_foreign_and_duplicate(orders_hub: RunningHub) -> None:
+    import requests
+
+    hub = orders_hub
+    assert requests.put(f"{hub.url}/windows/w", json={"sparql": CHANGES, "graphs": [ORDERS], "range": 1,
+                                                      "step": 1}).status_code == 401
+    stranger = hub.session(hub.token("stranger", groups=("nobody",)))
+    refused = register(hub, stranger, "w", sparql=CHANGES, range=1, step=1)
+    assert refused.status_code == 403 and "may not read" in refused.text
+    assert register(hub, hub.http, "w", sparql=CHANGES, range=1, step=1).status_code == 201
+    again = register(hub, hub.http, "w", sparql=CHANGES, range=1, step=1)
+    assert again.status_code == 409 and "exists" in again.text
+    assert stranger.get(f"{hub.url}/windows/w").status_code == 404  # not the stranger's
+    assert stranger.delete(f"{hub.url}/windows/w").status_code == 404
+    bad = hub.http.post(f"{hub.url}/windows/w", json={"action": "explode"})
+    assert bad.status_code == 400 and "pause or restart" in bad.text
+    assert hub.http.get(f"{hub.url}/windows/w/results/7/replay").status_code == 404
