@@ -112,9 +112,9 @@ def _change(request: Frame) -> Frame:
 
 # --- subscriptions -----------------------------------------------------------------------------
 
-def _register(request: Frame) -> Frame:
-    header = request.header
-    text = request.body.decode("utf-8")
+def _parse(text: str, not_a_form: str) -> tuple[Any, str]:
+    """The parsed query and its form; Refused when it does not parse, calls a SERVICE, or
+    is not SELECT, ASK or CONSTRUCT (`not_a_form` says why)."""
     try:
         parsed = parseQuery(text)
     except ParseException as exc:
@@ -122,8 +122,15 @@ def _register(request: Frame) -> Frame:
     _refuse_service(parsed)
     form = FORMS.get(parsed[1].name)
     if form is None:
-        raise Refused("unprocessable", "subscribe with a SELECT, ASK or CONSTRUCT query (DESCRIBE has no "
-                                       "fixed result to follow)")
+        raise Refused("unprocessable", not_a_form)
+    return parsed, form
+
+
+def _register(request: Frame) -> Frame:
+    header = request.header
+    text = request.body.decode("utf-8")
+    parsed, form = _parse(text, "subscribe with a SELECT, ASK or CONSTRUCT query (DESCRIBE has no fixed result "
+                                "to follow)")
     if any(node.name == "Builtin_BNODE" for node in _walk(parsed)):
         raise Refused("unprocessable", "BNODE() makes new blank nodes at every evaluation, so every result "
                                        "would change every time; use an IRI (e.g. IRI(CONCAT(...)))")
@@ -397,14 +404,7 @@ def _window(request: Frame) -> Frame:
     named `WINDOW`) and, when sent, the graphs' states at the window's end (named graphs)."""
     header, data = request.header, json.loads(request.body)
     text = str(header["text"])
-    try:
-        parsed = parseQuery(text)
-    except ParseException as exc:
-        raise _syntax(exc, "query") from None
-    _refuse_service(parsed)
-    form = FORMS.get(parsed[1].name)
-    if form is None:
-        raise Refused("unprocessable", "a windowed query is a SELECT, ASK or CONSTRUCT query")
+    _parsed, form = _parse(text, "a windowed query is a SELECT, ASK or CONSTRUCT query")
     window = str(header["window"])
     store = ox.Store()
     store.extend(_quads(data["changes"], ox.NamedNode(window)))

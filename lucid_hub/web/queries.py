@@ -13,7 +13,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, stream_with_context
@@ -135,25 +135,36 @@ def events(spuid: str) -> Response:
     service.describe_row(caller, spuid)
     after = _after()
 
+    return event_stream(lambda last: service.catch_up(spuid, last, caller.jti), after, "notification",
+                        service.generation, service.wait)
+
+
+def event_stream(fetch: Callable[[int], tuple[list[tuple[int, Any]], dict[str, Any] | None]], after: int,
+                 event: str, generation: Callable[[], int], wait: Callable[[int, float], Any]) -> Response:
+    """Server-Sent Events of a resumable stream: `fetch(after)` gives the elements after a
+    sequence and, once none is left, the error that ends the stream (None: it goes on);
+    `generation`/`wait` say when there may be more. Each element is an `event` whose id is
+    its sequence; the end is an `ended` event; a comment every KEEP_ALIVE seconds."""
+
     def stream() -> Iterator[str]:
-        nonlocal after
+        last = after
         quiet = time.monotonic()
         while True:
-            generation = service.generation()
-            found, end = service.catch_up(spuid, after, caller.jti)
+            seen = generation()
+            found, end = fetch(last)
             for sequence, body in found:
-                after = sequence
+                last = sequence
                 quiet = time.monotonic()
-                yield f"id: {sequence}\nevent: notification\ndata: {json.dumps(body)}\n\n"
+                yield f"id: {sequence}\nevent: {event}\ndata: {json.dumps(body)}\n\n"
+            if found:
+                continue
             if end is not None:
                 yield f"event: ended\ndata: {json.dumps(end)}\n\n"
                 return
-            if found:
-                continue
             if time.monotonic() - quiet >= KEEP_ALIVE:
                 quiet = time.monotonic()
                 yield ": keep-alive\n\n"
-            service.wait(generation, KEEP_ALIVE)
+            wait(seen, KEEP_ALIVE)
 
     return Response(stream_with_context(stream()), mimetype="text/event-stream",
                     headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

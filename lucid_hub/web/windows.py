@@ -5,18 +5,15 @@ decision is `lucid_hub.queries.windows.WindowService`'s."""
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request, stream_with_context
+from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.errors import InputError
 from lucid_hub.queries import results as rs
 from lucid_hub.web.authz import require_scope
 from lucid_hub.web.http import runtime
-from lucid_hub.web.queries import KEEP_ALIVE, SCOPE, _after
+from lucid_hub.web.queries import SCOPE, _after, event_stream
 
 blueprint = Blueprint("windows", __name__)
 
@@ -93,27 +90,9 @@ def events(name: str) -> Response:
     caller = require_scope(SCOPE)
     service = runtime().windows
     service.describe(caller, name)
-    after = _after()
 
-    def stream() -> Iterator[str]:
-        nonlocal after
-        quiet = time.monotonic()
-        while True:
-            generation = service.generation()
-            found, state, reason = service.results(caller, name, after)
-            for sequence, body in found:
-                after = sequence
-                quiet = time.monotonic()
-                yield f"id: {sequence}\nevent: result\ndata: {json.dumps(body)}\n\n"
-            if found:
-                continue
-            if state == "ended":
-                yield f"event: ended\ndata: {json.dumps(rs.error(410, 'query_ended', reason))}\n\n"
-                return
-            if time.monotonic() - quiet >= KEEP_ALIVE:
-                quiet = time.monotonic()
-                yield ": keep-alive\n\n"
-            service.wait(generation, KEEP_ALIVE)
+    def fetch(after: int) -> tuple[list[tuple[int, Any]], dict[str, Any] | None]:
+        found, state, reason = service.results(caller, name, after)
+        return found, rs.error(410, "query_ended", reason) if state == "ended" else None
 
-    return Response(stream_with_context(stream()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return event_stream(fetch, _after(), "result", service.generation, service.wait)
