@@ -22,9 +22,7 @@ from lucid_hub.diff.local import diff_graph
 from lucid_hub.rdf.rdfpatch import write_rdf_patch
 from lucid_hub.signing import sign_patch
 from tests.conftest import RunningHub, running_hub
-from tests.test_websub import callback
 
-__all__ = ["callback"]  # the WebSub tests' callback server, a fixture
 G = "https://acme.example/graphs/kpi"
 TTL = {"Content-Type": "text/turtle"}
 DEV = {"LUCID_DEV_MODE": "1", "LUCID_LEASE_MIN": "120"}

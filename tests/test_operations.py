@@ -26,11 +26,9 @@ from lucid_hub.db.models import LogEntry, LogOffset, Mirror, Subscription
 from lucid_hub.logging_setup import redact
 from lucid_hub.tools.hubproc import HubProcess, wait_until
 from lucid_hub.tools.loopback import free_port, kafka_broker
-from tests.conftest import running_hub
+from tests.conftest import Callback, running_hub
 from tests.proxy import LoopbackProxy
-from tests.test_websub import Callback, G, active, callback, grant, publish, subscribe, subscriber
-
-__all__ = ["callback"]  # the fixture, shared with the WebSub tests
+from tests.test_websub import G, active, grant, publish, subscribe, subscriber
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
