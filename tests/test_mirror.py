@@ -364,3 +364,34 @@ def test_applied_patches_reach_the_partners_own_kafka_topic(tmp_path: Path, kafk
             got += [r.patch_id for r in consumer.poll(100, 0.5) if r.graph == G]
         consumer.close()
         assert got == ids
+
+
+def test_continuous_and_windowed_queries_follow_a_mirrored_graph(hubs: tuple[RunningHub, RunningHub]) -> None:
+    """Issue 16 on a partner's hub: a query subscription and a windowed query over a graph
+    the partner mirrors see the publisher's patches as they are applied to the mirror."""
+    publisher, partner = hubs
+    publish(publisher, version(0))
+    add_mirror(publisher, partner)
+    wait(lambda: mirror(partner)["state"] == "active" and mirror(partner)["head"] == publisher.runtime.archive.head(G))
+    query = "SELECT ?v WHERE { <https://acme.example/kpi/otif> <https://acme.example/kpi/value> ?v }"
+    first = partner.http.post(f"{partner.url}/subscriptions", json={"sparql": query}, timeout=30)
+    assert first.status_code == 201, first.text
+    note = first.json()["notification"]
+    assert [b["v"]["value"] for b in note["addedResults"]["results"]["bindings"]] == ["0"]
+    changes = ("SELECT (COUNT(*) AS ?n) WHERE { ?c <https://w3id.org/lucid-hub#change> "
+               "<https://w3id.org/lucid-hub#Added> }")
+    registered = partner.http.put(f"{partner.url}/windows/kpi", json={"sparql": changes, "graphs": [G], "range": 1,
+                                                                     "step": 1}, timeout=30)
+    assert registered.status_code == 201, registered.text
+    patch = publish(publisher, version(1))
+    wait(lambda: mirror(partner)["head"] == patch)
+    partner.runtime.queries.drain()
+    found = partner.http.get(f"{partner.url}/subscriptions/{note['spuid']}/notifications", params={"after": 0},
+                             timeout=30).json()["notifications"]
+    assert len(found) == 1 and found[0]["notification"]["patches"] == [patch]
+    assert [b["v"]["value"] for b in found[0]["notification"]["addedResults"]["results"]["bindings"]] == ["1"]
+    assert [b["v"]["value"] for b in found[0]["notification"]["removedResults"]["results"]["bindings"]] == ["0"]
+    partner.runtime.windows.evaluate_due()
+    [element] = partner.http.get(f"{partner.url}/windows/kpi/results", timeout=30).json()["results"]
+    assert element["patches"] == [patch] and int(element["results"]["results"]["bindings"][0]["n"]["value"]) > 0
+    assert partner.http.get(f"{partner.url}/windows/kpi/results/0/replay", timeout=30).json() == element
