@@ -121,6 +121,7 @@ class Runtime:
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
                       hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens, queries.engine,
                                                             canonicalizer, evaluates=slot == 0), leader=slot == 0)
+        runtime.windows.on_written = runtime.queries.notify_channels  # WebSockets observe both
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         try:

@@ -172,3 +172,39 @@ def test_unauthorised_unreadable_foreign_and_duplicate(orders_hub: RunningHub) -
     bad = hub.http.post(f"{hub.url}/windows/w", json={"action": "explode"})
     assert bad.status_code == 400 and "pause or restart" in bad.text
     assert hub.http.get(f"{hub.url}/windows/w/results/7/replay").status_code == 404
+
+
+def test_observers_by_websocket_and_webhook(tmp_path: Path, callback: Any) -> None:
+    """A windowed query's results reach a WebSocket that observes it ({"observe": ...} on
+    /subscribe) and its webhook (signed POSTs, as query subscriptions' webhooks)."""
+    import hashlib
+    import hmac
+
+    import websocket
+
+    from tests.test_queries_webhooks import ENV, partner
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", ENV) as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        http, token = partner(hub, callback)
+        created = register(hub, http, "hooked", sparql=CHANGES, range=1, step=1, callback=callback.url, secret="k")
+        assert created.status_code == 201, created.text
+        ws = websocket.create_connection(hub.url.replace("http", "ws", 1) + "/subscribe", timeout=30,
+                                         header=[f"Authorization: Bearer {token}"])
+        try:
+            ws.send(json.dumps({"observe": {"window": "hooked", "sequence": -1}}))
+            assert json.loads(ws.recv()) == {"observing": {"window": "hooked"}}
+            ws.send(json.dumps({"observe": {"window": "not-mine"}}))
+            refused = json.loads(ws.recv())
+            assert refused["status_code"] == 404 and "not-mine" in refused["error_description"]
+            update(hub, status("o1", "open", "packed"))
+            hub.runtime.windows.evaluate_due()
+            pushed = json.loads(ws.recv())["result"]
+        finally:
+            ws.close()
+        assert pushed["sequence"] == 0 and counts(pushed) == {"Added": 1, "Removed": 1}
+        callback.wait(lambda: len(callback.deliveries) == 1)
+        headers, body = callback.deliveries[0]
+        assert headers["X-Lucid-Window"] == "hooked" and headers["X-Lucid-Sequence"] == "0"
+        assert headers["X-Hub-Signature"] == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
+        assert json.loads(body) == pushed

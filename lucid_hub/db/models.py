@@ -285,6 +285,12 @@ class WindowedQuery(Base):
     next_end_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     next_end_position: Mapped[int] = mapped_column(Integer, default=0)
     sequence: Mapped[int] = mapped_column(Integer, default=-1)  # the last result's
+    callback: Mapped[str | None] = mapped_column(String(2048))  # a webhook, when asked for
+    secret: Mapped[str | None] = mapped_column(String(200))
+    callback_seq: Mapped[int] = mapped_column(Integer, default=-1)  # the last element the webhook took
+    callback_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    callback_next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    callback_error: Mapped[str] = mapped_column(String(1024), default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

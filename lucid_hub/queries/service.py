@@ -394,10 +394,15 @@ class QueryService:
         self._wake_channels()
 
     def _wake_channels(self) -> None:
+        self.notify_channels()
+        self.webhooks.wake()
+
+    def notify_channels(self) -> None:
+        """Wake the channels (SSE, WebSockets) to look for what is new: this service's
+        notifications, or the windowed queries' results a WebSocket observes."""
         with self._cond:
             self._written += 1
             self._cond.notify_all()
-        self.webhooks.wake()
 
     def _take_pending(self) -> None:
         """Subscriptions other processes took: evaluate them here (or refuse them)."""

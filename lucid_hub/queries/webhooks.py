@@ -56,9 +56,16 @@ class Webhooks:
 
     def __init__(self, settings: Settings, db: Database,
                  messages: Callable[[str, int, int], list[tuple[int, dict[str, Any]]]],
-                 may_deliver: Callable[[str], bool], end: Callable[[str, str], None]) -> None:
+                 may_deliver: Callable[[str], bool], end: Callable[[str, str], None], *,
+                 model: Any = QuerySubscription, header: str = "X-Lucid-Subscription") -> None:
+        """`model` is the table of what has callbacks (query subscriptions, windowed queries):
+        its rows have `callback`, `secret`, `state`, `sequence` and the `callback_*` columns;
+        `header` names the row's key in each POST."""
         self.settings = settings
         self.db = db
+        self.model = model
+        self.key = model.__mapper__.primary_key[0]
+        self.header = header
         self.messages = messages  # (sid, after, limit) -> notifications, as QueryService gives them
         self.may_deliver = may_deliver  # access re-check (ends the subscription when it fails)
         self.end = end
@@ -110,9 +117,9 @@ class Webhooks:
 
     def due(self) -> list[str]:
         """Subscriptions whose callback has notifications to take, now."""
-        q = QuerySubscription
+        q = self.model
         with self.db.session() as session:
-            return list(session.scalars(select(q.id).where(
+            return list(session.scalars(select(self.key).where(
                 q.state == "active", q.callback.is_not(None), q.callback_seq < q.sequence,
                 or_(q.callback_next_at.is_(None), q.callback_next_at <= now()))))
 
@@ -136,7 +143,7 @@ class Webhooks:
     def deliver(self, sid: str) -> bool:
         """POST up to BATCH of a subscription's due notifications; whether more are due."""
         with self.db.session() as session:
-            row = session.get(QuerySubscription, sid)
+            row = session.get(self.model, sid)
             if row is None or row.state != "active" or row.callback is None:
                 return False
             callback, secret, after, attempts = row.callback, row.secret, row.callback_seq, row.callback_attempts
@@ -168,13 +175,12 @@ class Webhooks:
 
     def _record(self, sid: str, **values: Any) -> None:
         with self.db.session() as session:
-            session.execute(update(QuerySubscription).where(QuerySubscription.id == sid).values(**values))
+            session.execute(update(self.model).where(self.key == sid).values(**values))
 
     def _post(self, callback: str, secret: str | None, sid: str, sequence: int,
               message: dict[str, Any]) -> tuple[int, str]:
         body = json.dumps(message).encode()
-        headers = {"Content-Type": "application/json", "X-Lucid-Subscription": sid,
-                   "X-Lucid-Sequence": str(sequence)}
+        headers = {"Content-Type": "application/json", self.header: sid, "X-Lucid-Sequence": str(sequence)}
         if secret:
             headers["X-Hub-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
         try:

@@ -49,6 +49,7 @@ from lucid_hub.policy.engine import Party
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish.publisher import Publisher
 from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal
+from lucid_hub.queries.webhooks import Webhooks
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 
@@ -136,6 +137,9 @@ class WindowService:
         self._cond = threading.Condition()
         self._written = 0
         self._evaluating = threading.Lock()  # one evaluation round at a time (the thread, tests)
+        self.webhooks = Webhooks(settings, db, self._messages, self._may_deliver, self._end, model=WindowedQuery,
+                                 header="X-Lucid-Window")
+        self.on_written: Callable[[], None] = lambda: None  # wakes the WebSocket observers (set by the runtime)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -143,12 +147,14 @@ class WindowService:
             return
         self._thread = threading.Thread(target=self._run, name="windowed-queries", daemon=True)
         self._thread.start()
+        self.webhooks.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        self.webhooks.stop()
 
     def _run(self) -> None:
         while not self._stop.wait(LOOK):
@@ -159,7 +165,8 @@ class WindowService:
 
     # --- registration ------------------------------------------------------------------
     def register(self, caller: Principal, name: str, text: str, graphs: list[str], range_spec: Any,
-                 step_spec: Any, *, with_state: bool = False) -> dict[str, Any]:
+                 step_spec: Any, *, with_state: bool = False, callback: str | None = None,
+                 secret: str | None = None) -> dict[str, Any]:
         if not _NAME.fullmatch(name):
             raise InputError("a windowed query's name is 1-64 letters, digits, '.', '_' or '-', starting with a "
                              "letter or digit")
@@ -187,7 +194,9 @@ class WindowService:
                             groups=" ".join(sorted(party.groups)), token_id=caller.jti, query=text,
                             graphs=json.dumps(sorted(set(graphs))), range_spec=str(range_spec).strip(),
                             step_spec=str(step_spec).strip(), with_state=with_state, state="active", reason="",
-                            next_end_at=None, next_end_position=0, sequence=-1, created_at=stamp, updated_at=stamp)
+                            next_end_at=None, next_end_position=0, sequence=-1, callback=callback, secret=secret,
+                            callback_seq=-1, callback_attempts=0, callback_next_at=None, callback_error="",
+                            created_at=stamp, updated_at=stamp)
         self._schedule(row, window)
         with self.db.session() as session:
             session.add(row)
@@ -292,7 +301,6 @@ class WindowService:
             session.expunge(row)
         window = Window.parse(row.range_spec, row.step_spec)
         graphs = _graphs(row)
-        party = Party(row.account, row.endpoint_id, frozenset(row.groups.split()))
         done = 0
         while True:
             if window.by_time:
@@ -305,12 +313,7 @@ class WindowService:
                     end_at += timedelta(seconds=(behind - CATCH_UP) * window.step)
             elif self._position(graphs) < row.next_end_position:
                 return done
-            lost = [g for g in graphs if g not in set(self.policies.readable(party, graphs))]
-            if lost:
-                self._end(name, f"access to {', '.join(lost[:5])} was withdrawn: the windowed query ended")
-                return done
-            if self.tokens.is_revoked(row.token_id):
-                self._end(name, "the access token the query was registered with was revoked")
+            if not self._allowed(row):
                 return done
             try:
                 element = self.element(row, window, end_at if window.by_time else row.next_end_position)
@@ -336,9 +339,42 @@ class WindowService:
                 session.execute(delete(WindowedResult).where(
                     WindowedResult.query == name, WindowedResult.sequence <= row.sequence - self.settings.query_retain))
             done += 1
-            with self._cond:
-                self._written += 1
-                self._cond.notify_all()
+            self._wake()
+
+    def _allowed(self, row: WindowedQuery) -> bool:
+        """Whether the query may still see its graphs (ends it when not)."""
+        graphs = _graphs(row)
+        party = Party(row.account, row.endpoint_id, frozenset(row.groups.split()))
+        lost = [g for g in graphs if g not in set(self.policies.readable(party, graphs))]
+        if lost:
+            self._end(row.name, f"access to {', '.join(lost[:5])} was withdrawn: the windowed query ended")
+            return False
+        if self.tokens.is_revoked(row.token_id):
+            self._end(row.name, "the access token the query was registered with was revoked")
+            return False
+        return True
+
+    def _may_deliver(self, name: str) -> bool:
+        with self.db.session() as session:
+            row = session.get(WindowedQuery, name)
+            if row is None or row.state != "active":
+                return False
+            session.expunge(row)
+        return self._allowed(row)
+
+    def _messages(self, name: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        with self.db.session() as session:
+            found = session.execute(select(WindowedResult.sequence, WindowedResult.body).where(
+                WindowedResult.query == name, WindowedResult.sequence > after)
+                .order_by(WindowedResult.sequence).limit(limit)).all()
+        return [(seq, json.loads(body)) for seq, body in found]
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._written += 1
+            self._cond.notify_all()
+        self.webhooks.wake()
+        self.on_written()
 
     def element(self, row: WindowedQuery, window: Window, end: datetime | int) -> dict[str, Any]:
         """The output element of the window ending at `end` (a time, or a position in the
@@ -383,7 +419,11 @@ class WindowService:
 
     def describe(self, caller: Principal, name: str) -> dict[str, Any]:
         row = self._row(caller, name)
+        webhook = None if row.callback is None else {
+            "callback": row.callback, "delivered": row.callback_seq, "failures": row.callback_attempts,
+            "error": row.callback_error or None, "nextAttempt": iso(row.callback_next_at)}
         return {"name": row.name, "query": row.query, "graphs": _graphs(row), "range": row.range_spec,
+                "webhook": webhook,
                 "step": row.step_spec, "state": row.state, "reason": row.reason or None,
                 "withState": row.with_state, "lastSequence": row.sequence,
                 "nextWindowEnd": iso(aware(row.next_end_at)) if row.next_end_at else row.next_end_position,
@@ -416,20 +456,14 @@ class WindowService:
             session.execute(update(WindowedQuery).where(WindowedQuery.name == name).values(
                 state="ended", reason=reason[:1024], updated_at=now()))
         log.info("windowed query %s ended: %s", name, reason)
-        with self._cond:
-            self._written += 1
-            self._cond.notify_all()
+        self._wake()
 
     # --- the output stream -------------------------------------------------------------
     def results(self, caller: Principal, name: str, after: int, limit: int = 100) -> tuple[list[tuple[int, Any]],
                                                                                            str, str]:
         """Elements after `after` (up to `limit`), the query's state and reason."""
         row = self._row(caller, name)
-        with self.db.session() as session:
-            found = session.execute(select(WindowedResult.sequence, WindowedResult.body).where(
-                WindowedResult.query == row.name, WindowedResult.sequence > after)
-                .order_by(WindowedResult.sequence).limit(limit)).all()
-        return [(seq, json.loads(body)) for seq, body in found], row.state, row.reason
+        return self._messages(row.name, after, limit), row.state, row.reason
 
     def generation(self) -> int:
         with self._cond:

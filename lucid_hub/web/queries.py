@@ -53,23 +53,29 @@ def _subscribe(caller: Principal, spec: dict[str, Any]) -> dict[str, Any]:
     alias = spec.get("alias") or ""
     if not isinstance(alias, str):
         raise InputError("alias must be a string")
-    callback, secret = spec.get("callback"), spec.get("secret")
-    if callback is not None:
-        if not isinstance(callback, str):
-            raise InputError("callback must be a URL")
-        if secret is not None and not isinstance(secret, str):
-            raise InputError("secret must be a string")
-        secret = protocol.secret(secret)
-        client = runtime().clients.get(caller.endpoint_id)
-        # the same rules as a WebSub callback (hub/callbacks.py)
-        check_callback(callback, client.callback_prefixes if client else (), dev_mode=runtime().settings.dev_mode,
-                       allowed=runtime().hub.allowed)
-    elif secret is not None:
-        raise InputError("a secret signs webhook POSTs: give it with a callback")
+    callback, secret = webhook_of(caller, spec)
     return runtime().queries.subscribe(caller, sparql, default=_iri_list(spec.get("default-graph-uri"),
                                                                          "default-graph-uri"),
                                        named=_iri_list(spec.get("named-graph-uri"), "named-graph-uri"), alias=alias,
                                        callback=callback, secret=secret)
+
+
+def webhook_of(caller: Principal, spec: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The `callback` and `secret` of a request, checked with a WebSub callback's rules
+    (hub/callbacks.py): (None, None) when it asks for no webhook."""
+    callback, secret = spec.get("callback"), spec.get("secret")
+    if callback is None:
+        if secret is not None:
+            raise InputError("a secret signs webhook POSTs: give it with a callback")
+        return None, None
+    if not isinstance(callback, str):
+        raise InputError("callback must be a URL")
+    if secret is not None and not isinstance(secret, str):
+        raise InputError("secret must be a string")
+    client = runtime().clients.get(caller.endpoint_id)
+    check_callback(callback, client.callback_prefixes if client else (), dev_mode=runtime().settings.dev_mode,
+                   allowed=runtime().hub.allowed)
+    return callback, protocol.secret(secret)
 
 
 # --- REST and Server-Sent Events ---------------------------------------------------------------
@@ -187,6 +193,7 @@ class _Socket:
         self.handshake_token = handshake_token
         self.send_lock = threading.Lock()
         self.subscriptions: dict[str, tuple[int, str]] = {}  # spuid -> (last sequence sent, token jti)
+        self.windows: dict[str, tuple[int, Principal]] = {}  # windowed query -> (last sequence sent, caller)
         self.lock = threading.Lock()
         self.closed = threading.Event()
         self.rt = runtime()
@@ -215,14 +222,14 @@ class _Socket:
                 raise InputError("the message is not JSON") from None
             if not isinstance(message, dict):
                 raise InputError("the message must be a JSON object")
-            for kind in ("subscribe", "unsubscribe", "resume"):
+            for kind in ("subscribe", "unsubscribe", "resume", "observe", "unobserve"):
                 inner = message.get(kind)
                 if inner is not None:
                     if not isinstance(inner, dict):
                         raise InputError(f"{kind} must be a JSON object")
                     getattr(self, f"_{kind}")(message, inner)
                     return
-            raise InputError("expected a subscribe, unsubscribe or resume request")
+            raise InputError("expected a subscribe, unsubscribe, resume, observe or unobserve request")
         except LucidError as exc:
             self.send(rs.error(status_of(exc), _error_code(exc), str(exc)))
 
@@ -256,9 +263,47 @@ class _Socket:
             self.subscriptions.pop(spuid, None)
             self.send({"unsubscribed": {"spuid": spuid}})
 
-    def push(self) -> None:
-        """Send what the subscriptions of this socket have not sent yet."""
+    def _observe(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
+        """lucid-hub's addition: {"observe": {"window", "sequence"}} sends a windowed query's
+        results after `sequence` (default: only new ones) as {"result": element}."""
+        caller = self.caller(message, inner)
+        name, sequence = inner.get("window"), inner.get("sequence")
+        if not isinstance(name, str) or (sequence is not None and (not isinstance(sequence, int)
+                                                                   or isinstance(sequence, bool))):
+            raise InputError("observe needs window (a windowed query's name) and optionally sequence (an integer)")
+        described = self.rt.windows.describe(caller, name)
         with self.lock:
+            self.windows[name] = (described["lastSequence"] if sequence is None else sequence, caller)
+            self.send({"observing": {"window": name}})
+        self.push()
+
+    def _unobserve(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
+        self.caller(message, inner)
+        name = inner.get("window")
+        with self.lock:
+            if not isinstance(name, str) or self.windows.pop(name, None) is None:
+                raise InputError("unobserve needs the name of a windowed query this socket observes")
+            self.send({"unobserved": {"window": name}})
+
+    def push(self) -> None:
+        """Send what the subscriptions and observed windowed queries of this socket have not
+        sent yet."""
+        with self.lock:
+            for name, (last, caller) in list(self.windows.items()):
+                try:
+                    found, state, reason = self.rt.windows.results(caller, name, last)
+                except LucidError as exc:  # deleted meanwhile
+                    self.send(rs.error(status_of(exc), _error_code(exc), str(exc), window=name))
+                    del self.windows[name]
+                    continue
+                for sequence, body in found:
+                    self.send({"result": body})
+                    last = sequence
+                self.windows[name] = (last, caller)
+                if not found and state == "ended":
+                    self.send(rs.error(410, "query_ended", reason, window=name))
+                    del self.windows[name]
+
             for spuid, (last, jti) in list(self.subscriptions.items()):
                 while True:
                     found, end = self.rt.queries.catch_up(spuid, last, jti)

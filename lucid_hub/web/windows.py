@@ -13,7 +13,7 @@ from lucid_hub.errors import InputError
 from lucid_hub.queries import results as rs
 from lucid_hub.web.authz import require_scope
 from lucid_hub.web.http import runtime
-from lucid_hub.web.queries import SCOPE, _after, event_stream
+from lucid_hub.web.queries import SCOPE, _after, event_stream, webhook_of
 
 blueprint = Blueprint("windows", __name__)
 
@@ -40,8 +40,9 @@ def register(name: str) -> Response:
     with_state = body.get("state", False)
     if not isinstance(with_state, bool):
         raise InputError("state must be true or false")
+    callback, secret = webhook_of(caller, body)
     described = runtime().windows.register(caller, name, sparql, graphs, body.get("range"), body.get("step"),
-                                           with_state=with_state)
+                                           with_state=with_state, callback=callback, secret=secret)
     answer = jsonify(described)
     answer.status_code = 201
     answer.headers["Location"] = f"{runtime().settings.public_url}/windows/{name}"

@@ -32,6 +32,12 @@ def upgrade() -> None:
         sa.Column("next_end_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("next_end_position", sa.Integer(), nullable=False),
         sa.Column("sequence", sa.Integer(), nullable=False),
+        sa.Column("callback", sa.String(2048), nullable=True),
+        sa.Column("secret", sa.String(200), nullable=True),
+        sa.Column("callback_seq", sa.Integer(), nullable=False),
+        sa.Column("callback_attempts", sa.Integer(), nullable=False),
+        sa.Column("callback_next_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("callback_error", sa.String(1024), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     )
