@@ -462,3 +462,55 @@ def test_bench_queries_runs_and_reports_every_figure(run_cli) -> None:  # type: 
     assert "did not arrive" not in out
     bad = run_cli("bench", "queries", "--subscriptions", "many")
     assert bad.code == 1 and "--subscriptions" in bad.err
+
+
+@pytest.fixture(scope="session")
+def sepa_js(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SEPA's JavaScript client from the npm registry, installed once per session."""
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("SEPA's JavaScript client needs node and npm, which this machine lacks")
+    where = tmp_path_factory.mktemp("sepa-js")
+    done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(where),
+                           "@arces-wot/sepa-js@0.13.2"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.skip(f"npm could not install @arces-wot/sepa-js: {done.stderr.strip()[-300:]}")
+    return where / "node_modules"
+
+
+def test_sepas_javascript_client_subscribes_and_unsubscribes_unchanged(tmp_path: Path, sepa_js: Path) -> None:
+    """@arces-wot/sepa-js, SEPA's own JavaScript client, with its SE protocol as it sends it:
+    notifications (sequence 0, then the change), unsubscribe, and an error it can match to
+    its request (by alias)."""
+    import os
+    import queue
+    import subprocess
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        token = hub.http.headers["Authorization"].split()[1]
+        host, port = hub.url.removeprefix("http://").split(":")
+        script = Path(__file__).parent / "js" / "sepa_subscribe.js"
+        proc = subprocess.Popen(["node", str(script), host, port, token, MINE], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "NODE_PATH": str(sepa_js)})
+        lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(json.loads(line)) for line in proc.stdout or []],
+                         daemon=True).start()
+        try:
+            first = [lines.get(timeout=30), lines.get(timeout=30)]
+            by_kind = {line["kind"]: line["value"] for line in first}
+            assert by_kind["error"]["alias"] == "broken" and by_kind["error"]["status_code"] == 400
+            note = by_kind["notification"]
+            assert note["sequence"] == 0 and note["alias"] == "orders"
+            assert rows(note["addedResults"]) == [{"o": f"{EX}o1", "s": "open"}]
+            update(hub, status("o1", "open", "shipped"))
+            second = lines.get(timeout=30)
+            assert second["kind"] == "notification" and second["value"]["sequence"] == 1
+            assert rows(second["value"]["addedResults"]) == [{"o": f"{EX}o1", "s": "shipped"}]
+            assert lines.get(timeout=30) == {"kind": "unsubscribed", "value": {"unsubscribed": {"spuid": note["spuid"]}}}
+            assert proc.wait(timeout=30) == 0
+            assert hub.runtime.queries.state(note["spuid"])[:2] == ("ended", "unsubscribed")
+        finally:
+            proc.kill()

@@ -213,6 +213,7 @@ class _Socket:
         return caller
 
     def handle(self, raw: Any) -> None:
+        echo: dict[str, Any] = {}  # what the error names of the request (SEPA's clients match the alias)
         try:
             if not isinstance(raw, str):
                 raise InputError("send SE protocol messages as JSON text")
@@ -227,11 +228,12 @@ class _Socket:
                 if inner is not None:
                     if not isinstance(inner, dict):
                         raise InputError(f"{kind} must be a JSON object")
+                    echo = {k: inner[k] for k in ("alias", "spuid", "window") if isinstance(inner.get(k), str)}
                     getattr(self, f"_{kind}")(message, inner)
                     return
             raise InputError("expected a subscribe, unsubscribe, resume, observe or unobserve request")
         except LucidError as exc:
-            self.send(rs.error(status_of(exc), _error_code(exc), str(exc)))
+            self.send(rs.error(status_of(exc), _error_code(exc), str(exc), **echo))
 
     def _subscribe(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
         caller = self.caller(message, inner)
