@@ -132,6 +132,8 @@ def test_withdrawn_access_ends_the_windowed_query(orders_hub: RunningHub) -> Non
     rt.windows.evaluate_due()
     answer = buyer.get(f"{hub.url}/windows/mine/results").json()
     assert answer["state"] == "ended" and "withdrawn" in answer["reason"] and answer["results"] == []
+    again = buyer.post(f"{hub.url}/windows/mine", data={"action": "restart"})
+    assert again.status_code == 409 and "register it again" in again.text
 
 
 @pytest.mark.parametrize(("name", "spec", "status_code", "says"), [
@@ -208,3 +210,24 @@ def test_observers_by_websocket_and_webhook(tmp_path: Path, callback: Any) -> No
         assert headers["X-Lucid-Window"] == "hooked" and headers["X-Lucid-Sequence"] == "0"
         assert headers["X-Hub-Signature"] == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
         assert json.loads(body) == pushed
+
+
+def test_replayed_requests_change_nothing_twice(orders_hub: RunningHub) -> None:
+    """The same request sent again: a second PUT is 409 (the first stays as it was), a
+    second pause keeps it paused, a second DELETE is 404; a query subscription's second
+    DELETE answers the same and it stays ended, once."""
+    hub = orders_hub
+    assert register(hub, hub.http, "w", sparql=CHANGES, range=1, step=1).status_code == 201
+    assert register(hub, hub.http, "w", sparql=STATE, range=5, step=5).status_code == 409
+    assert hub.http.get(f"{hub.url}/windows/w").json()["query"] == CHANGES
+    for _ in range(2):
+        paused = hub.http.post(f"{hub.url}/windows/w", data={"action": "pause"})
+        assert paused.status_code == 200 and paused.json()["state"] == "paused"
+    assert hub.http.delete(f"{hub.url}/windows/w").status_code == 200
+    assert hub.http.delete(f"{hub.url}/windows/w").status_code == 404
+    made = hub.http.post(f"{hub.url}/subscriptions", json={"sparql": CHANGES.replace("?c", "?x")})
+    spuid = made.json()["notification"]["spuid"]
+    for _ in range(2):
+        gone = hub.http.delete(f"{hub.url}/subscriptions/{spuid}")
+        assert gone.status_code == 200 and gone.json() == {"unsubscribed": {"spuid": spuid}}
+    assert hub.runtime.queries.state(spuid)[:2] == ("ended", "unsubscribed")
