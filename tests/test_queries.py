@@ -81,17 +81,24 @@ def test_first_results_then_only_changes_in_sequence(orders_hub: RunningHub) -> 
     assert rows(note["addedResults"]) == [{"o": f"{EX}o1", "s": "open"}]
     assert rows(note["removedResults"]) == []
     spuid = note["spuid"]
-    evaluations = hub.runtime.queries.evaluations
+    # the same orders counted by status: an aggregate, which the delta path does not take
+    counted = subscribe(hub, hub.http, f"SELECT ?s (COUNT(?o) AS ?n) WHERE {{ ?o <{EX}status> ?s ; "
+                                       f"<{EX}buyer> <{EX}p1> }} GROUP BY ?s")["notification"]["spuid"]
+    service = hub.runtime.queries
+    assert (service._live[spuid].registration.delta, service._live[counted].registration.delta) == (True, False)
+    evaluations, deltas = service.evaluations, service.deltas
     update(hub, f'INSERT DATA {{ GRAPH <{ORDERS}> {{ <{EX}o1> <{EX}comment> "urgent" }} }}')  # no pattern matches
     settle(hub)
-    assert hub.runtime.queries.evaluations == evaluations  # the index kept it from being evaluated
-    # matches a pattern, but o2 is not p1's: the store says so (the incremental path)
+    assert (service.evaluations, service.deltas) == (evaluations, deltas)  # the index kept it from both
+    # matches a pattern, but o2 is not p1's: the store says so (the join of the incremental path)
     update(hub, status("o2", "open", "shipped"))
     settle(hub)
-    assert hub.runtime.queries.evaluations == evaluations
+    assert (service.evaluations, service.deltas) == (evaluations, deltas)
     update(hub, status("o1", "open", "shipped"))
     settle(hub)
-    assert hub.runtime.queries.evaluations == evaluations + 1
+    # the aggregate evaluated again; the plain pattern's rows taken from the patch
+    assert (service.evaluations, service.deltas) == (evaluations + 1, deltas + 1)
+    assert service.delta_fallbacks == 0
     found = notifications(hub, hub.http, spuid, after=0)["notifications"]
     assert [n["notification"]["sequence"] for n in found] == [1]
     assert rows(found[0]["notification"]["addedResults"]) == [{"o": f"{EX}o1", "s": "shipped"}]
@@ -514,3 +521,26 @@ def test_sepas_javascript_client_subscribes_and_unsubscribes_unchanged(tmp_path:
             assert hub.runtime.queries.state(note["spuid"])[:2] == ("ended", "unsubscribed")
         finally:
             proc.kill()
+
+
+def test_a_triple_two_default_graphs_hold_counts_twice_and_is_evaluated_not_derived(orders_hub: RunningHub) -> None:
+    """Several default graphs are a bag union (a triple in two matches twice, as a fresh
+    query says): such subscriptions are evaluated; GRAPH <iri> patterns still take the
+    delta path."""
+    hub = orders_hub
+    same = f"<{EX}x> <{EX}flag> <{EX}on> .\n"
+    put(hub, PRICES, same)
+    update(hub, f"INSERT DATA {{ GRAPH <{ORDERS}> {{ {same.strip()[:-1]} }} }}")
+    service = hub.runtime.queries
+    union = subscribe(hub, hub.http, f"SELECT ?s WHERE {{ ?s <{EX}flag> <{EX}on> }}")["notification"]
+    named = subscribe(hub, hub.http, f"SELECT ?s WHERE {{ GRAPH <{ORDERS}> {{ ?s <{EX}flag> <{EX}on> }} }}")
+    assert len(union["addedResults"]["results"]["bindings"]) == 2  # once per graph that holds it
+    deltas, evaluations = service.deltas, service.evaluations
+    update(hub, f"DELETE DATA {{ GRAPH <{ORDERS}> {{ {same.strip()[:-1]} }} }}")
+    settle(hub)
+    assert (service.deltas, service.evaluations) == (deltas + 1, evaluations + 1)
+    [gone] = notifications(hub, hub.http, union["spuid"], after=0)["notifications"]
+    assert rows(gone["notification"]["removedResults"]) == [{"s": f"{EX}x"}]  # one of the two copies
+    [gone_named] = notifications(hub, hub.http, named["notification"]["spuid"], after=0)["notifications"]
+    assert rows(gone_named["notification"]["removedResults"]) == [{"s": f"{EX}x"}]
+    assert service.delta_fallbacks == 0

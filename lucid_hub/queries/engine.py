@@ -28,6 +28,7 @@ class Registration:
     named: list[str]
     patterns: list[list[str | None]]
     incremental: bool = False  # conjunctive: a change is matched against the store, not only the index
+    delta: bool = False  # its added and removed rows come from the patch (no evaluation)
 
     @property
     def graphs(self) -> set[str]:
@@ -121,30 +122,33 @@ class QueryEngine:
             for graph in sorted(graphs - self._graphs.keys()):
                 self._load(graph)
 
-    def apply(self, change: StoreChange, candidates: set[str] | None = None) -> tuple[str, set[str]]:
+    def apply(self, change: StoreChange, candidates: set[str] | None = None) -> tuple[str, set[str], dict[str, Any]]:
         """Move a held graph by one store change, and say which of the `candidates` (the
-        subscriptions the index matched) it can affect (worker.py, `_affected`): "applied";
+        subscriptions the index matched) it can affect (worker.py, `_affected`), and for
+        those on the delta path their added and removed rows (worker.py, `_delta_rows`):
+        "applied";
         "stale" when the graph was
         loaded after the change was made (it holds it already: nothing to evaluate);
         "reloaded" when the change was not the graph's next one (loaded again from the
         store: every subscription on it may have changed); "ignored" when not held."""
         with self.lock:
             if change.graph not in self._graphs:
-                return "ignored", set()
+                return "ignored", set(), {}
             if change.generation <= self._loaded[change.graph]:
-                return "stale", set()
+                return "stale", set(), {}
             if change.patch is None:
                 self._call({"op": "change", "graph": change.graph, "drop": True}, timeout=LOAD_TIMEOUT)
                 self._graphs[change.graph] = None
-                return "reloaded", set()
+                return "reloaded", set(), {}
             if self._graphs[change.graph] != change.prev:
                 self._load(change.graph)
-                return "reloaded", set()
+                return "reloaded", set(), {}
             body = json.dumps({"removed": change.removed, "added": change.added}).encode()
-            answer = self._call({"op": "change", "graph": change.graph, "candidates": sorted(candidates or ())},
-                                body, timeout=LOAD_TIMEOUT)
+            answer = self._call({"op": "change", "graph": change.graph, "candidates": sorted(candidates or ()),
+                                 "budget": self.budget}, body, timeout=LOAD_TIMEOUT)
             self._graphs[change.graph] = change.patch
-            return "applied", set(answer.header.get("affected") or ())
+            deltas: dict[str, Any] = json.loads(answer.body) if answer.body else {}
+            return "applied", set(answer.header.get("affected") or ()), deltas
 
     # --- subscriptions ---------------------------------------------------------------------
     def register(self, sid: str, text: str, readable: list[str], default: list[str] | None,
@@ -155,7 +159,7 @@ class QueryEngine:
             # Kept as the party asked, so that a new worker registers it the same way.
             self._registered[sid] = (text, readable, answer["default"], answer["named"])
             return Registration(answer["form"], answer["default"], answer["named"], answer["patterns"],
-                                bool(answer.get("incremental")))
+                                bool(answer.get("incremental")), bool(answer.get("delta")))
 
     def evaluate(self, sid: str) -> dict[str, Any]:
         """The subscription's results on the graphs as the worker holds them now."""

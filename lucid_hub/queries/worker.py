@@ -20,6 +20,7 @@ Requests (frames, `lucid_hub.guard`):
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pyoxigraph as ox
@@ -100,14 +101,27 @@ def _change(request: Frame) -> Frame:
         return Frame({"status": "ok"})
     change = json.loads(request.body)
     candidates = list(request.header.get("candidates") or [])
+    global _deadline
+    _deadline = time.monotonic() + float(request.header.get("budget") or 5.0)
     removed, added = _quads(change["removed"], graph), _quads(change["added"], graph)
-    affected = _affected(candidates, graph.value, removed, set()) if candidates else set()
+    by_delta = [sid for sid in candidates if _takes_delta(_subscriptions.get(sid))]
+    others = [sid for sid in candidates if sid not in set(by_delta)]
+    deltas: dict[str, dict[str, Any]] = {}
+    went = {sid: _delta_rows(sid, graph.value, removed) for sid in by_delta}  # on the graph before the change
+    affected = _affected(others, graph.value, removed, set()) if others else set()
     for quad in removed:
         _store.remove(quad)
     _store.extend(added)
-    if candidates:
-        affected = _affected(candidates, graph.value, added, affected)
-    return Frame({"status": "ok", "affected": sorted(affected)})
+    if others:
+        affected = _affected(others, graph.value, added, affected)
+    for sid in by_delta:
+        came = _delta_rows(sid, graph.value, added)
+        gone = went[sid]
+        if came is None or gone is None:  # too many to take incrementally: evaluated in full
+            affected.add(sid)
+        elif came or gone:
+            deltas[sid] = {"added": came, "removed": gone}
+    return Frame({"status": "ok", "affected": sorted(affected)}, json.dumps(deltas).encode())
 
 
 # --- subscriptions -----------------------------------------------------------------------------
@@ -156,10 +170,11 @@ def _register(request: Frame) -> Frame:
         raise Refused("forbidden", f"the query's dataset names graphs you may not read: {', '.join(unreadable[:5])}")
     patterns = _patterns(query.algebra)
     contexts = _contexts(query.algebra)
+    delta = _delta_plan(query.algebra) if form == "select" else None
     _subscriptions[str(header["id"])] = {"text": text, "base": header.get("base"), "default": default,
-                                         "named": named, "form": form, "contexts": contexts}
+                                         "named": named, "form": form, "contexts": contexts, "delta": delta}
     return Frame({"status": "ok", "form": form, "default": default, "named": named, "patterns": patterns,
-                  "incremental": contexts is not None})
+                  "incremental": contexts is not None, "delta": delta is not None})
 
 
 def _constant(term: Any) -> str | None:
@@ -298,9 +313,10 @@ def _bind(pattern: Pattern, triple: tuple[str, str, str], graph: str, default: l
     return binding
 
 
-def _template(patterns: list[Pattern], binding: dict[str, str]) -> tuple[str, list[str]]:
+def _template(patterns: list[Pattern], binding: dict[str, str], *, parameters: bool = True) -> tuple[str, list[str]]:
     """The context as a group graph pattern, bound variables replaced by the triple's terms
-    and subject/object IRIs by parameters `?__kN`; and the parameters' IRIs."""
+    and (with `parameters`) subject/object IRIs by parameters `?__kN`; and the parameters'
+    IRIs."""
     params: list[str] = []
     by_graph: dict[str | None, list[str]] = {}
     for s, p, o, g in patterns:
@@ -308,7 +324,7 @@ def _template(patterns: list[Pattern], binding: dict[str, str]) -> tuple[str, li
         for position, term in enumerate((s, p, o)):
             if term in binding:
                 term = binding[term]
-            elif term.startswith("<") and position != 1:
+            elif parameters and term.startswith("<") and position != 1:
                 params.append(term)
                 term = f"?__k{len(params) - 1}"
             terms.append(term)
@@ -348,6 +364,9 @@ def _affected(candidates: list[str], graph: str, quads: list[ox.Quad], found: se
         waiting = {values: sids - found for values, sids in rows.items() if sids - found}
         if not waiting:
             continue
+        if time.monotonic() > _deadline:  # the joins took their time: the rest are evaluated (budgeted)
+            found.update(s for sids in waiting.values() for s in sids)
+            continue
         names = [f"?__k{i}" for i in range(width)]
         if width:
             values = " ".join(f"({' '.join(v)})" for v in waiting)
@@ -368,6 +387,117 @@ def _affected(candidates: list[str], graph: str, quads: list[ox.Quad], found: se
             row = tuple(str(solution[n[1:]]) for n in names)
             found.update(waiting.get(row, set()))
     return found
+
+
+# --- the delta path: added and removed rows from the patch itself -----------------------------
+#
+# For a SELECT whose pattern is required triple patterns with FILTERs only (no OPTIONAL,
+# BIND, DISTINCT, ORDER BY, LIMIT, aggregates, blank nodes in patterns, paths, subqueries,
+# VALUES): its solutions are the mappings of the patterns' variables that satisfy them.
+# Solutions(after) = Solutions(before) - those that used a removed triple + those (after)
+# that use an added triple, exactly (a solution that used no removed triple still holds;
+# one that uses no added triple held before). Each set is found by binding a pattern to a
+# changed triple (the join), deduplicated as whole mappings, then the query itself is run
+# with those mappings as a trailing VALUES block: it applies the FILTERs and the projection,
+# and keeps the multiplicity of projected rows. This needs each solution to be found one
+# way only, which a default graph made of several graphs breaks (`_takes_delta`).
+
+MAX_DELTA = 5_000  # mappings one subscription may take incrementally per patch (else: evaluated)
+# When the joins of one change must stop: past it, subscriptions are evaluated instead, each
+# under its own budget. (A single join query is not interrupted: the worker checks between
+# solutions and between queries.)
+_deadline = 0.0
+
+
+def _delta_plan(tree: Any) -> dict[str, Any] | None:
+    node = tree
+    if getattr(node, "name", None) != "SelectQuery":
+        return None
+    node = node.p
+    if getattr(node, "name", None) != "Project":
+        return None
+    node = node.p
+    try:
+        while getattr(node, "name", None) == "Filter":
+            _no_pattern_in(node.expr)
+            node = node.p
+        required, optional = _conjunctive(node, None)
+    except _Open:
+        return None
+    if optional or not required or any(_has_extend(n) for n in _walk(tree)):
+        return None
+    terms = {t for pattern in required for t in pattern[:3]}
+    if any(t.startswith("?_b") for t in terms):  # blank nodes in patterns: not variables in scope
+        return None
+    return {"patterns": required, "vars": sorted(t for t in terms if t.startswith("?"))}
+
+
+def _has_extend(node: Any) -> bool:
+    return getattr(node, "name", None) in ("Extend", "Distinct", "Reduced", "Slice", "OrderBy", "Group",
+                                           "AggregateJoin", "LeftJoin", "Minus", "Union", "ToMultiSet")
+
+
+def _takes_delta(sub: dict[str, Any] | None) -> bool:
+    """Whether a subscription's rows can come from the patch: a delta plan, and each
+    solution found one way only. The store's default graph of several graphs is their
+    union as a bag (a triple two of them hold matches twice), so there a solution may be
+    found through either copy: then the subscription is evaluated instead."""
+    if sub is None or sub["delta"] is None:
+        return False
+    return len(sub["default"]) <= 1 or all(pattern[3] is not None for pattern in sub["delta"]["patterns"])
+
+
+def _mappings(sid: str, graph: str, quads: list[ox.Quad]) -> set[tuple[str, ...]] | None:
+    """The whole mappings of the subscription's patterns that use one of the changed
+    triples, on the store as it is now; None when there are more than MAX_DELTA."""
+    sub = _subscriptions[sid]
+    plan = sub["delta"]
+    names = plan["vars"]
+    found: set[tuple[str, ...]] = set()
+    for pattern in plan["patterns"]:
+        for quad in quads:
+            triple = (str(quad.subject), str(quad.predicate), str(quad.object))
+            binding = _bind(tuple(pattern), triple, graph, sub["default"])
+            if binding is None:
+                continue
+            body, _none = _template(plan["patterns"], binding, parameters=False)
+            rest = [n for n in names if n not in binding]
+            bound = [n for n in names if n in binding]
+            text = f"SELECT {' '.join(rest) or '*'} WHERE {{ {body} }}"
+            result: Any = _store.query(text, default_graph=[ox.NamedNode(g) for g in sub["default"]] or [NO_GRAPH],
+                                       named_graphs=[ox.NamedNode(g) for g in sub["named"]] or [NO_GRAPH])
+            for solution in result:
+                values = {n: binding[n] for n in bound}
+                values.update({n: str(solution[n[1:]]) for n in rest})
+                found.add(tuple(values[n] for n in names))
+                if len(found) > MAX_DELTA or time.monotonic() > _deadline:
+                    return None  # evaluated instead, under the subscription's own budget
+    return found
+
+
+def _delta_rows(sid: str, graph: str, quads: list[ox.Quad]) -> list[dict[str, Any]] | None:
+    """The subscription's rows from the mappings that use the changed triples: its own
+    query, with the mappings as a trailing VALUES block (its FILTERs and projection apply)."""
+    if not quads:
+        return []
+    try:
+        found = _mappings(sid, graph, quads)
+    except (SyntaxError, OSError):
+        return None
+    if found is None:
+        return None
+    if not found:
+        return []
+    sub = _subscriptions[sid]
+    names = sub["delta"]["vars"]
+    values = " ".join(f"({' '.join(row)})" for row in sorted(found))
+    text = f"{sub['text']}\nVALUES ({' '.join(names)}) {{ {values} }}"
+    try:
+        answer = _run(_store, text, sub["base"], sub["default"], sub["named"], "select", 0)
+    except Refused:
+        return None
+    rows: list[dict[str, Any]] = json.loads(answer.body)["rows"]
+    return rows
 
 
 # --- evaluation --------------------------------------------------------------------------------
