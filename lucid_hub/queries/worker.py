@@ -104,23 +104,29 @@ def _change(request: Frame) -> Frame:
     global _deadline
     _deadline = time.monotonic() + float(request.header.get("budget") or 5.0)
     removed, added = _quads(change["removed"], graph), _quads(change["added"], graph)
-    by_delta = [sid for sid in candidates if _takes_delta(_subscriptions.get(sid))]
-    others = [sid for sid in candidates if sid not in set(by_delta)]
-    deltas: dict[str, dict[str, Any]] = {}
-    went = {sid: _delta_rows(sid, graph.value, removed) for sid in by_delta}  # on the graph before the change
-    affected = _affected(others, graph.value, removed, set()) if others else set()
+    # The joins first (shared by subscriptions of one shape), on the graph before the change
+    # for removed triples and after it for added ones; then, for the reached subscriptions
+    # that take the delta path, their rows through those triples on the same states.
+    reached_before = _affected(candidates, graph.value, removed, set()) if candidates else set()
+    went = {sid: _delta_rows(sid, graph.value, removed) for sid in sorted(reached_before)
+            if _takes_delta(_subscriptions.get(sid))}
     for quad in removed:
         _store.remove(quad)
     _store.extend(added)
-    if others:
-        affected = _affected(others, graph.value, added, affected)
-    for sid in by_delta:
-        came = _delta_rows(sid, graph.value, added)
-        gone = went[sid]
-        if came is None or gone is None:  # too many to take incrementally: evaluated in full
+    reached_after = _affected(candidates, graph.value, added, set()) if candidates else set()
+    came = {sid: _delta_rows(sid, graph.value, added) for sid in sorted(reached_after)
+            if _takes_delta(_subscriptions.get(sid))}
+    affected: set[str] = set()
+    deltas: dict[str, dict[str, Any]] = {}
+    for sid in reached_before | reached_after:
+        if not _takes_delta(_subscriptions.get(sid)):
             affected.add(sid)
-        elif came or gone:
-            deltas[sid] = {"added": came, "removed": gone}
+            continue
+        rows_in, rows_out = came.get(sid, []), went.get(sid, [])
+        if rows_in is None or rows_out is None:  # too many, or out of time: evaluated in full
+            affected.add(sid)
+        elif rows_in or rows_out:
+            deltas[sid] = {"added": rows_in, "removed": rows_out}
     return Frame({"status": "ok", "affected": sorted(affected)}, json.dumps(deltas).encode())
 
 
