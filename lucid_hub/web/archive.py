@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
+from collections.abc import Iterator
+from typing import Any
 
 import pyoxigraph as ox
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, jsonify, request, stream_with_context
 
-from lucid_hub.errors import UnsupportedMediaTypeError
+from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -98,6 +101,40 @@ def _page_url(graph: str, since: str) -> str:
     from urllib.parse import urlencode
 
     return f"{runtime().settings.public_url}/patches?{urlencode({'graph': graph, 'since': since})}"
+
+
+@blueprint.get("/patches/events")
+def patch_events() -> Response:
+    """A graph's patch stream as Server-Sent Events (issue 17's push channel): each archived
+    patch, in chain order, as an event `patch` whose id is its position in the chain;
+    `Last-Event-ID` (or `?after=N`) resumes after position N for as long as the archive
+    holds the patches, without one: from now. `?body=1` adds the signed RDF Patch itself."""
+    graph = authorized_graph("read")
+    raw = request.headers.get("Last-Event-ID") or request.args.get("after")
+    stream = runtime().stream
+    if raw is None or raw == "":
+        after = stream.position(graph)
+    elif raw.isdigit() and len(raw) <= 12:
+        after = int(raw)
+    else:
+        raise InputError("Last-Event-ID (or after=) must be a position in the graph's chain: 0 or more")
+    bodies = request.args.get("body") in ("1", "true")
+    base = runtime().settings.public_url
+
+    def events() -> Iterator[str]:
+        yield ": lucid-hub patch stream\n\n"
+        for link in stream.follow(graph, after, idle=15.0, bodies=bodies):
+            if link is None:
+                yield ": keep-alive\n\n"
+                continue
+            data: dict[str, Any] = {"graph": graph, "id": link.id, "prev": link.prev, "seq": link.seq,
+                                    "removed": link.removed, "added": link.added, "link": f"{base}/patches/{link.id}"}
+            if bodies:
+                data["patch"] = link.body.decode()
+            yield f"event: patch\nid: {link.seq}\ndata: {json.dumps(data)}\n\n"
+
+    return Response(stream_with_context(events()), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 @blueprint.get("/patches/<path:patch_id>")

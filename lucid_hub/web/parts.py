@@ -21,6 +21,7 @@ from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.sparql import SparqlGuard
+from lucid_hub.stream import PatchStream
 
 
 class HubParts(Protocol):
@@ -37,6 +38,7 @@ class HubParts(Protocol):
     policies: PolicyService
     metrics: Metrics
     sparql: SparqlGuard
+    stream: PatchStream
     log: PatchLog
     mirrors: MirrorService
     hub: WebSubHub
