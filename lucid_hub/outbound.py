@@ -12,6 +12,8 @@ private IPv4 (2002:a9fe:a9fe::) and NAT64 ones global.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import socket
 from typing import Any
@@ -176,3 +178,19 @@ def session(policy: AddressPolicy, user_agent: str) -> requests.Session:
     http.mount("http://", adapter)
     http.mount("https://", adapter)
     return http
+
+
+def signed_post(pool: urllib3.PoolManager, url: str, body: bytes, headers: dict[str, str],
+                secret: str | None) -> tuple[int, str]:
+    """POST a callback (WebSub deliveries, query and window webhooks): signed with
+    `X-Hub-Signature: sha256=HMAC(secret, body)` when there is a secret, redirects not
+    followed; (HTTP status, a one-line account of it), status 0 when no answer came."""
+    if secret:
+        digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        headers = {**headers, "X-Hub-Signature": f"sha256={digest}"}
+    try:
+        answer = pool.request("POST", url, body=body, headers=headers, redirect=False, preload_content=True)
+        return answer.status, f"HTTP {answer.status}"
+    except urllib3.exceptions.HTTPError as exc:
+        return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
+

@@ -11,8 +11,6 @@ deliverer; a scan every second catches retries that fall due and leases that end
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import os
 import random
@@ -422,15 +420,7 @@ class Deliverer:
             body = write_patch(read_rdf_patch(body, self.canonicalizer), MEDIA_TYPES[media_type])
         headers = {"Content-Type": media_type, "Link": resources.discovery_links(self.settings.public_url, graph),
                    "X-Lucid-Patch-Id": patch_id, "X-Lucid-Prev": prev or "", "X-Lucid-Graph": graph}
-        if secret:
-            digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-            headers["X-Hub-Signature"] = f"sha256={digest}"
-        try:
-            answer = self.pool.request("POST", callback, body=body, headers=headers, redirect=False,
-                                       preload_content=True)
-            return answer.status, f"HTTP {answer.status}"
-        except urllib3.exceptions.HTTPError as exc:
-            return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
+        return outbound.signed_post(self.pool, callback, body, headers, secret)
 
     # --- administration -------------------------------------------------------------
     def redeliver(self, sid: int, from_patch: str | None) -> None:

@@ -113,9 +113,6 @@ class QueryEngine:
                 self._worker = None
 
     # --- graphs ----------------------------------------------------------------------------
-    def holds(self, graph: str) -> bool:
-        return graph in self._graphs
-
     def ensure(self, graphs: set[str]) -> None:
         """Load the graphs the worker does not hold yet (as the store holds them now)."""
         with self.lock:

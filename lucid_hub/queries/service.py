@@ -48,7 +48,7 @@ from lucid_hub.policy.engine import Party
 from lucid_hub.policy.policy_graph import POLICY_GRAPH, PolicyService
 from lucid_hub.queries import results as rs
 from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal, Registration
-from lucid_hub.queries.webhooks import Webhooks
+from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.statements import terms
 from lucid_hub.store.graphs import GraphStore, StoreChange
 
@@ -371,12 +371,7 @@ class QueryService:
             self.delta_fallbacks += 1
             log.warning("query subscription %s: the patch's rows did not fit its results; evaluated in full", live.id)
             return self._refresh(live, patches)
-        change = rs.diff(live.results, new)
-        if change.empty:
-            return None
-        live.sequence += 1
-        live.results = new
-        return rs.notification(live.id, live.alias, live.sequence, change, patches=patches)
+        return self._advance(live, new, patches)
 
     def _refresh(self, live: _Live, patches: list[str]) -> dict[str, Any] | None:
         """Evaluate a subscription again; the notification of its change (None: none, or
@@ -393,6 +388,11 @@ class QueryService:
         except Refusal as refusal:
             self._end(live.id, f"the subscription was stopped: {refusal.message}")
             return None
+        return self._advance(live, new, patches)
+
+    @staticmethod
+    def _advance(live: _Live, new: rs.Results, patches: list[str]) -> dict[str, Any] | None:
+        """Move a subscription to its new results; the notification (None: they did not change)."""
         change = rs.diff(live.results, new)
         if change.empty:
             return None
@@ -519,10 +519,7 @@ class QueryService:
                 "query": row.query, "form": row.form, "default-graph-uri": _iri_list(row.default_graphs),
                 "named-graph-uri": _iri_list(row.named_graphs), "sequence": row.sequence,
                 "created": iso(row.created_at), "updated": iso(row.updated_at),
-                "webhook": None if row.callback is None else {
-                    "callback": row.callback, "delivered": row.callback_seq, "failures": row.callback_attempts,
-                    "error": row.callback_error or None,
-                    "nextAttempt": iso(row.callback_next_at) if row.callback_next_at else None}}
+                "webhook": webhook_state(row)}
 
     def state(self, sid: str) -> tuple[str, str, int]:
         """(state, reason, last sequence) of a subscription."""

@@ -24,8 +24,6 @@ stopped.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import random
@@ -42,7 +40,7 @@ from lucid_hub import outbound
 from lucid_hub.config import Settings
 from lucid_hub.db.models import QuerySubscription
 from lucid_hub.db.session import Database
-from lucid_hub.db.times import now
+from lucid_hub.db.times import iso, now
 from lucid_hub.outbound import AddressPolicy
 
 log = logging.getLogger(__name__)
@@ -179,13 +177,14 @@ class Webhooks:
 
     def _post(self, callback: str, secret: str | None, sid: str, sequence: int,
               message: dict[str, Any]) -> tuple[int, str]:
-        body = json.dumps(message).encode()
         headers = {"Content-Type": "application/json", self.header: sid, "X-Lucid-Sequence": str(sequence)}
-        if secret:
-            headers["X-Hub-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        try:
-            answer = self.pool.request("POST", callback, body=body, headers=headers, redirect=False,
-                                       preload_content=True)
-            return answer.status, f"HTTP {answer.status}"
-        except urllib3.exceptions.HTTPError as exc:
-            return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
+        return outbound.signed_post(self.pool, callback, json.dumps(message).encode(), headers, secret)
+
+
+def webhook_state(row: Any) -> dict[str, Any] | None:
+    """What a subscription's or windowed query's description says of its webhook (never
+    the secret); None when it has none."""
+    if row.callback is None:
+        return None
+    return {"callback": row.callback, "delivered": row.callback_seq, "failures": row.callback_attempts,
+            "error": row.callback_error or None, "nextAttempt": iso(row.callback_next_at)}

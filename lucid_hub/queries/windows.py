@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pyoxigraph as ox
 from sqlalchemy import CursorResult, delete, func, select, update
 
 from lucid_hub.auth.tokens import Principal, TokenService
@@ -49,7 +50,7 @@ from lucid_hub.policy.engine import Party
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish.publisher import Publisher
 from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal
-from lucid_hub.queries.webhooks import Webhooks
+from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 
@@ -419,11 +420,8 @@ class WindowService:
 
     def describe(self, caller: Principal, name: str) -> dict[str, Any]:
         row = self._row(caller, name)
-        webhook = None if row.callback is None else {
-            "callback": row.callback, "delivered": row.callback_seq, "failures": row.callback_attempts,
-            "error": row.callback_error or None, "nextAttempt": iso(row.callback_next_at)}
         return {"name": row.name, "query": row.query, "graphs": _graphs(row), "range": row.range_spec,
-                "webhook": webhook,
+                "webhook": webhook_state(row),
                 "step": row.step_spec, "state": row.state, "reason": row.reason or None,
                 "withState": row.with_state, "lastSequence": row.sequence,
                 "nextWindowEnd": iso(aware(row.next_end_at)) if row.next_end_at else row.next_end_position,
@@ -482,8 +480,6 @@ def _graphs(row: WindowedQuery) -> list[str]:
 def _split(statement: str, scope: str) -> tuple[str, str, str]:
     """Subject, predicate and object of a canonical N-Triples line, its blank nodes made
     local to one MSG of one patch (`scope`)."""
-    import pyoxigraph as ox
-
     quad = next(iter(ox.parse(statement + " .", format=ox.RdfFormat.N_TRIPLES)))
 
     def term(t: Any) -> str:

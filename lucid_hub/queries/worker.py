@@ -107,21 +107,17 @@ def _change(request: Frame) -> Frame:
     # The joins first (shared by subscriptions of one shape), on the graph before the change
     # for removed triples and after it for added ones; then, for the reached subscriptions
     # that take the delta path, their rows through those triples on the same states.
-    reached_before = _affected(candidates, graph.value, removed, set()) if candidates else set()
-    went = {sid: _delta_rows(sid, graph.value, removed) for sid in sorted(reached_before)
-            if _takes_delta(_subscriptions.get(sid))}
+    by_delta = {sid for sid in candidates if _takes_delta(_subscriptions.get(sid))}
+    reached_before = _affected(candidates, graph.value, removed)
+    went = {sid: _delta_rows(sid, graph.value, removed) for sid in sorted(reached_before & by_delta)}
     for quad in removed:
         _store.remove(quad)
     _store.extend(added)
-    reached_after = _affected(candidates, graph.value, added, set()) if candidates else set()
-    came = {sid: _delta_rows(sid, graph.value, added) for sid in sorted(reached_after)
-            if _takes_delta(_subscriptions.get(sid))}
-    affected: set[str] = set()
+    reached_after = _affected(candidates, graph.value, added)
+    came = {sid: _delta_rows(sid, graph.value, added) for sid in sorted(reached_after & by_delta)}
+    affected = (reached_before | reached_after) - by_delta
     deltas: dict[str, dict[str, Any]] = {}
-    for sid in reached_before | reached_after:
-        if not _takes_delta(_subscriptions.get(sid)):
-            affected.add(sid)
-            continue
+    for sid in (reached_before | reached_after) & by_delta:
         rows_in, rows_out = came.get(sid, []), went.get(sid, [])
         if rows_in is None or rows_out is None:  # too many, or out of time: evaluated in full
             affected.add(sid)
@@ -340,9 +336,9 @@ def _template(patterns: list[Pattern], binding: dict[str, str], *, parameters: b
     return body, params
 
 
-def _affected(candidates: list[str], graph: str, quads: list[ox.Quad], found: set[str]) -> set[str]:
-    """`found` and the candidates the changed quads can affect (on the store as it is now)."""
-    found = set(found)
+def _affected(candidates: list[str], graph: str, quads: list[ox.Quad]) -> set[str]:
+    """The candidates the changed quads can affect (on the store as it is now)."""
+    found: set[str] = set()
     triples = [(str(q.subject), str(q.predicate), str(q.object)) for q in quads]
     groups: dict[tuple[str, tuple[str, ...], tuple[str, ...], int], dict[tuple[str, ...], set[str]]] = {}
     for sid in candidates:
@@ -430,17 +426,14 @@ def _delta_plan(tree: Any) -> dict[str, Any] | None:
         required, optional = _conjunctive(node, None)
     except _Open:
         return None
-    if optional or not required or any(_has_extend(n) for n in _walk(tree)):
+    # (DISTINCT, LIMIT, ORDER BY and GROUP BY sit above Project or are not conjunctive: refused
+    # above; BIND is conjunctive but makes variables the patterns do not bind.)
+    if optional or not required or any(getattr(n, "name", None) == "Extend" for n in _walk(node)):
         return None
     terms = {t for pattern in required for t in pattern[:3]}
     if any(t.startswith("?_b") for t in terms):  # blank nodes in patterns: not variables in scope
         return None
     return {"patterns": required, "vars": sorted(t for t in terms if t.startswith("?"))}
-
-
-def _has_extend(node: Any) -> bool:
-    return getattr(node, "name", None) in ("Extend", "Distinct", "Reduced", "Slice", "OrderBy", "Group",
-                                           "AggregateJoin", "LeftJoin", "Minus", "Union", "ToMultiSet")
 
 
 def _takes_delta(sub: dict[str, Any] | None) -> bool:
