@@ -11,7 +11,7 @@ import requests
 
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 from tests.conftest import RunningHub
-from tests.test_queries import ORDERS, ORDERS_NT, put, status, update
+from tests.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
 
 
 def read_events(hub: RunningHub, count: int, **request: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -88,3 +88,30 @@ def test_unauthorised_unreadable_and_malformed_requests(hub: RunningHub) -> None
                               headers={"Last-Event-ID": bad}, timeout=30)
         assert answer.status_code == 400 and "Last-Event-ID" in answer.text, bad
     assert hub.http.get(f"{hub.url}/patches/events", timeout=30).status_code == 400  # no graph
+
+
+def test_a_standard_sse_client_reads_and_resumes_every_stream(hub: RunningHub) -> None:
+    """sseclient-py (a third-party Server-Sent Events client) on the patch stream, a query
+    subscription's events and a windowed query's events: ids, event names, resumption."""
+    import sseclient
+
+    put(hub, ORDERS, ORDERS_NT)
+    update(hub, status("o1", "open", "packed"))
+
+    def first(path: str, **request: Any) -> sseclient.Event:
+        with hub.http.get(f"{hub.url}{path}", stream=True, timeout=30, **request) as answer:
+            return next(iter(sseclient.SSEClient(answer).events()))
+
+    patch = first("/patches/events", params={"graph": ORDERS}, headers={"Last-Event-ID": "1"})
+    assert (patch.event, patch.id) == ("patch", "2") and json.loads(patch.data)["seq"] == 2
+    spuid = hub.http.post(f"{hub.url}/subscriptions", json={"sparql": MINE}).json()["notification"]["spuid"]
+    update(hub, status("o1", "packed", "shipped"))
+    hub.runtime.queries.drain()
+    note = first(f"/subscriptions/{spuid}/events", headers={"Last-Event-ID": "0"})
+    assert (note.event, note.id) == ("notification", "1") and json.loads(note.data)["notification"]["sequence"] == 1
+    assert hub.http.put(f"{hub.url}/windows/w", json={"sparql": MINE, "graphs": [ORDERS], "range": 1,
+                                                      "step": 1}).status_code == 201
+    update(hub, status("o1", "shipped", "delivered"))
+    hub.runtime.windows.evaluate_due()
+    element = first("/windows/w/events", headers={"Last-Event-ID": "-1"})
+    assert (element.event, element.id) == ("result", "0") and json.loads(element.data)["windowEnd"] == 4
