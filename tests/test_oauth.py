@@ -107,9 +107,14 @@ def test_bad_tokens_get_401_with_the_reason(hub: RunningHub) -> None:
     assert get_graph(hub, _forged(hub, own, alg="EdDSA")).status_code == 404
 
     missing = get_graph(hub, None)
-    assert missing.status_code == 401 and missing.headers["WWW-Authenticate"] == 'Bearer realm="lucid-hub"'
+    # a read harvesters make: Bearer, or HTTP Basic with a client's id and secret (docs/streams.md)
+    assert missing.status_code == 401 and missing.headers["WWW-Authenticate"] == (
+        'Bearer realm="lucid-hub", Basic realm="lucid-hub", charset="UTF-8"')
     basic = requests.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Authorization": "Basic eDp5"}, timeout=30)
-    assert basic.status_code == 401 and 'error="invalid_request"' in basic.headers["WWW-Authenticate"]
+    assert basic.status_code == 401 and "unknown client or wrong secret" in basic.text
+    writing = requests.put(f"{hub.url}/graphs", params={"graph": G}, headers={"Authorization": "Basic eDp5"},
+                           timeout=30)
+    assert writing.status_code == 401 and 'error="invalid_request"' in writing.headers["WWW-Authenticate"]
 
     def rejected(token: str, reason: str) -> None:
         response = get_graph(hub, token)

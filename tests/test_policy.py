@@ -25,7 +25,8 @@ def test_shipped_policies_parse() -> None:
     assert [c.iri for c in default] == ["urn:lucid:conditions:hub-admins"]
     assert default[0].writeGraph == (ALL_GRAPHS,)
     examples, _ = read_policy_dir(REPO / "policies" / "examples")
-    assert len(examples) == 3 and all(c.label for c in examples)
+    assert len(examples) == 4 and all(c.label for c in examples)
+    assert [c.requiresGroup for c in examples if c.iri.endswith("open-data")] == [("urn:lucid-hub:everyone",)]
 
 
 def test_turtle_and_json_round_trip() -> None:

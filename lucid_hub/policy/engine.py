@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from lucid_hub.policy.model import ALL_GRAPHS_ALIASES, Condition
+from lucid_hub.policy.model import ALL_GRAPHS_ALIASES, EVERYONE, Condition
 
 Action = Literal["read", "write"]
 RESERVED_PREFIX = "urn:lucid-hub:"  # the hub's own graphs (the policy graph): never granted
 CACHE_LIMIT = 200_000
+ANONYMOUS_ACCOUNT = "urn:lucid-hub:anonymous"
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,17 @@ class Party:
     endpoint_id: str
     groups: frozenset[str] = frozenset()
 
+    @property
+    def anonymous(self) -> bool:
+        return self.account == ANONYMOUS_ACCOUNT
+
     def describe(self) -> dict[str, object]:
         return {"account": self.account, "endpoint_id": self.endpoint_id, "groups": sorted(self.groups)}
+
+
+# Who calls without any credentials: only conditions for everyone (requiresGroup EVERYONE,
+# nothing else required) apply to it, and they grant read only (public graphs, decision 103).
+ANONYMOUS = Party(ANONYMOUS_ACCOUNT, ANONYMOUS_ACCOUNT)
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,13 @@ class Decision:
 
 
 def applies(condition: Condition, party: Party) -> bool:
-    return (all(g in party.groups for g in condition.requiresGroup)
+    """Whether all the condition's requirements hold for the party. Every party, authenticated
+    or not, is in the group EVERYONE; an anonymous party is in no other group and a condition
+    applies to it only when it names EVERYONE (a condition without requirements applies to
+    every *authenticated* party, as it always did)."""
+    if party.anonymous and EVERYONE not in condition.requiresGroup:
+        return False
+    return (all(g == EVERYONE or g in party.groups for g in condition.requiresGroup)
             and all(a == party.account for a in condition.requiresAccount)
             and all(e == party.endpoint_id for e in condition.requiresEndpointId))
 

@@ -24,6 +24,9 @@ ACCESS_CONDITION = ECCAUTH + "AccessCondition"
 # The all-graphs IRI: eccenca's own, and the one of Corporate Memory's older releases.
 ALL_GRAPHS = ECCAUTH + "AllGraphs"
 ALL_GRAPHS_ALIASES = frozenset({ALL_GRAPHS, "urn:elds-backend-all-graphs"})
+# The group every party is in, including requests without credentials: a condition that
+# requires it makes graphs public (open data). It may grant read only.
+EVERYONE = "urn:lucid-hub:everyone"
 
 # JSON field -> property IRI. requiresAttribute's sub-properties: all must hold.
 PROPERTIES = {
@@ -87,6 +90,9 @@ class Condition:
             for value in getattr(self, name):
                 if not value or len(value) > 2048:
                     raise PolicyError(f"{name} values must be 1-2048 characters")
+        if EVERYONE in self.requiresGroup and (self.writeGraph or self.grantWriteGraphPattern):
+            raise PolicyError(f"condition <{self.iri}> is for everyone ({EVERYONE}): it may grant read only, "
+                              "never write")
         if sum(len(getattr(self, f)) for f in PROPERTIES) > MAX_VALUES:
             raise PolicyError(f"condition <{self.iri}> has more than {MAX_VALUES} values")
         return self

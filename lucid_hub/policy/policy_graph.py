@@ -200,6 +200,11 @@ class PolicyService:
                 session.execute(delete(Denial).where(Denial.created_at < now - timedelta(days=DENIAL_DAYS)))
         return Decision(False, decision.reason, request_id)
 
+    def allows(self, party: Party, graph: str, action: Action) -> bool:
+        """Whether the party may; nothing recorded (a question, not a refusal: is a graph public?)."""
+        self.refresh()
+        return self.engine.decide(party, graph, action).allowed
+
     def readable(self, party: Party, graphs: Iterable[str]) -> list[str]:
         """The graphs among `graphs` the party may read (the hub's own graphs never): what a
         SPARQL query's dataset is made of. Allowed reads are not recorded, so no denial is."""

@@ -7,16 +7,27 @@ carries a request id an admin can explain with /admin/explain?request=ID).
 
 from __future__ import annotations
 
-from flask import g, request
+import base64
+import binascii
 
+from flask import current_app, g, request
+
+from lucid_hub.auth.basic import BasicCredentials
+from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.auth.tokens import Principal
-from lucid_hub.errors import AuthenticationError, ForbiddenError
-from lucid_hub.policy.engine import Action
-from lucid_hub.web.http import graph_param, runtime
+from lucid_hub.errors import AuthenticationError, ForbiddenError, NotFoundError, RateLimitedError
+from lucid_hub.policy.engine import ANONYMOUS, Action
+from lucid_hub.web.http import graph_param, request_address, runtime
+
+# HTTP Basic (a client's id and secret) is for harvesters that know no OAuth: reads only. On
+# a method that changes something a browser's remembered Basic credentials would be a CSRF
+# hole, so there a bearer token is the only way in.
+BASIC_METHODS = frozenset({"GET", "HEAD"})
 
 
 def principal() -> Principal:
-    """The caller, from `Authorization: Bearer <token>` (validated once per request)."""
+    """The caller, from `Authorization: Bearer <token>` (validated once per request), or on a
+    read from `Authorization: Basic` with an OAuth client's id and secret."""
     found: Principal | None = g.get("principal")
     if found is not None:
         return found
@@ -25,12 +36,45 @@ def principal() -> Principal:
         raise AuthenticationError("this endpoint needs an access token: Authorization: Bearer <token> "
                                   "(from /oauth/token)", error="")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise AuthenticationError("use the Authorization scheme Bearer with an access token",
+    if scheme.lower() == "basic" and request.method in BASIC_METHODS:
+        found = _basic(token.strip())
+    elif scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError("use the Authorization scheme Bearer with an access token"
+                                  + (" (HTTP Basic only reads: GET and HEAD)" if scheme.lower() == "basic" else ""),
                                   error="invalid_request")
-    found = runtime().tokens.validate(token.strip())
+    else:
+        found = runtime().tokens.validate(token.strip())
     g.principal = found
     return found
+
+
+def _basic(encoded: str) -> Principal:
+    """The client whose id and secret `Authorization: Basic` carries; failed attempts count
+    against the token endpoint's limits (the same secret, the same brute-force guard)."""
+    try:
+        client_id, sep, secret = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        raise AuthenticationError("Authorization: Basic needs base64 of client_id:client_secret",
+                                  error="invalid_request") from None
+    if not sep or not client_id:
+        raise AuthenticationError("Authorization: Basic needs base64 of client_id:client_secret",
+                                  error="invalid_request")
+    limiter: FailureLimiter = current_app.extensions["auth_limiter"]
+    keys = (client_id[:64], request_address())
+    wait = limiter.retry_after(*keys)
+    if wait:
+        raise RateLimitedError(f"too many failed attempts; try again in {wait} s", wait)
+    basic: BasicCredentials = current_app.extensions["basic_credentials"]
+    found = basic.authenticate(client_id, secret)
+    if found is None:
+        limiter.failed(*keys)
+        raise AuthenticationError("HTTP Basic: unknown client or wrong secret")
+    return found
+
+
+def anonymous() -> bool:
+    """Whether the request carries no credentials at all."""
+    return not request.headers.get("Authorization")
 
 
 def require_scope(scope: str) -> Principal:
@@ -47,6 +91,40 @@ def require_graph(graph: str, action: Action) -> Principal:
     if not decision.allowed:
         raise ForbiddenError(f"{decision.reason} (request {decision.request_id})", request_id=decision.request_id)
     return caller
+
+
+def may_read(graph: str) -> Principal | None:
+    """The caller, when it may read the graph; None for a request without credentials on a
+    public graph (an access condition for everyone grants it, decision 103). Without
+    credentials on any other graph: 401, so that clients know to authenticate."""
+    g.basic_challenge = True
+    if anonymous():
+        if public(graph):
+            return None
+        raise AuthenticationError(f"<{graph}> is not public: authenticate with a bearer token (from /oauth/token) "
+                                  "or HTTP Basic with a client's id and secret", error="")
+    return require_graph(graph, "read")
+
+
+def public(graph: str) -> bool:
+    """Whether everyone, without credentials, may read the graph. Not recorded as a denial
+    when not: it is asked on every stream answer (its caching) and for every catalogue entry."""
+    return runtime().policies.allows(ANONYMOUS, graph, "read")
+
+
+def readable_graph() -> str:
+    """The `graph` query parameter, readable by the caller (or by everyone)."""
+    graph = graph_param()
+    may_read(graph)
+    return graph
+
+
+def unknown_or_unauthenticated(exc: NotFoundError) -> Exception:
+    """What a request without credentials learns of something that does not exist: the same
+    401 a non-public graph gives (no probing for names)."""
+    if anonymous():
+        return AuthenticationError("authenticate with a bearer token or HTTP Basic", error="")
+    return exc
 
 
 def authorized_graph(action: Action) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from lucid_hub import errors as e
@@ -67,6 +67,8 @@ def register(app: Flask) -> None:
             headers["ETag"] = f'"{exc.head or ""}"'
         if isinstance(exc, e.AuthenticationError):
             headers["WWW-Authenticate"] = bearer_challenge(exc.error, str(exc))
+            if g.get("basic_challenge"):  # reads that harvesters make: they may use HTTP Basic
+                headers["WWW-Authenticate"] += ', Basic realm="lucid-hub", charset="UTF-8"'
         if isinstance(exc, e.ForbiddenError):
             if exc.scope:
                 headers["WWW-Authenticate"] = bearer_challenge("insufficient_scope", str(exc), exc.scope)

@@ -18,6 +18,7 @@ from authlib.oauth2.rfc7009 import RevocationEndpoint
 from authlib.oauth2.rfc7662 import IntrospectionEndpoint
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
+from lucid_hub.auth.basic import BasicCredentials
 from lucid_hub.auth.clients import AUTH_METHODS, SCOPES, ClientRecord
 from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.auth.tokens import Principal, TokenService
@@ -110,6 +111,7 @@ def init_oauth(app: Flask) -> None:
     server.register_endpoint(_Introspection(rt.tokens))
     app.extensions["oauth_server"] = server
     app.extensions["auth_limiter"] = FailureLimiter(rt.settings.auth_rate_limit)
+    app.extensions["basic_credentials"] = BasicCredentials(rt.clients)
 
 
 def _server() -> AuthorizationServer:
