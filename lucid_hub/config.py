@@ -71,6 +71,12 @@ class Settings:
     query_max_result_bytes: int = 4 * 1024 * 1024
     query_retain: int = 1000
     query_memory_mb: int = 4096
+    # Streams as Linked Data (docs/streams.md): members per page of a graph's event stream
+    # (a page never changes once full, so this is fixed for a hub's life: changing it moves
+    # members to other page URLs that clients may have cached); graphs whose streams are kept
+    # in memory.
+    stream_page_members: int = 500
+    stream_graphs: int = 64
     # Format of the patches this hub makes (docs/patch-format.md): 2, or 1 while partners still
     # run a release that reads format 1 only. Either reads both.
     patch_format: int = 2
@@ -217,6 +223,8 @@ class Settings:
                 self.query_budget <= 0 or self.query_memory_mb < 256):
             raise ConfigError("LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY, _BUDGET, _MAX_RESULT_BYTES and _RETAIN must be "
                               "positive, and LUCID_QUERY_MEMORY_MB at least 256")
+        if min(self.stream_page_members, self.stream_graphs) < 1:
+            raise ConfigError("LUCID_STREAM_PAGE_MEMBERS and LUCID_STREAM_GRAPHS must be positive")
         if self.patch_format not in (1, 2):
             raise ConfigError("LUCID_PATCH_FORMAT must be 1 or 2")
         if self.auth_rate_limit < 1:

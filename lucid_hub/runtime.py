@@ -30,6 +30,7 @@ from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.stream import PatchStream
+from lucid_hub.streams.members import StreamIndex
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class Runtime:
     delivery: Deliverer  # delivering once start_delivery(run=True) ran (else a `worker` delivers)
     queries: QueryService  # evaluating (in the leader) once queries.start() ran
     windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start() ran
+    streams: StreamIndex  # the graphs' event streams (LDES), built from the archive when read
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
@@ -120,7 +122,8 @@ class Runtime:
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
                       hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens, queries.engine,
-                                                            canonicalizer, evaluates=slot == 0), leader=slot == 0)
+                                                            canonicalizer, evaluates=slot == 0),
+                      StreamIndex(archive, canonicalizer, settings.stream_graphs), leader=slot == 0)
         runtime.windows.on_written = runtime.queries.notify_channels  # WebSockets observe both
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))

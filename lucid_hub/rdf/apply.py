@@ -6,6 +6,7 @@ import functools
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import pyoxigraph as ox
 
@@ -23,6 +24,14 @@ from lucid_hub.rdf.msg import (
 )
 from lucid_hub.rdf.patch import Patch, occurrences
 from lucid_hub.rdf.statements import relabel, statement_quads
+
+
+@dataclass
+class ReplicaChange:
+    """The MSG instances a patch removed and added: (MSG hash, occurrence, statements)."""
+
+    gone: list[tuple[str, int, list[str]]] = field(default_factory=list)
+    came: list[tuple[str, int, list[str]]] = field(default_factory=list)
 
 
 class GraphReplica:
@@ -60,8 +69,8 @@ class GraphReplica:
         # The blank-node MSGs' canonical forms by hash (for `held`).
         self._texts = {Msg.of(text).hash: text for text in self._msgs if "_:" in text}
 
-    def apply(self, patch: Patch) -> None:
-        """Apply `patch`, or raise and change nothing.
+    def apply(self, patch: Patch) -> ReplicaChange:
+        """Apply `patch`, or raise and change nothing; what it took and gave, per instance.
 
         ChainError when the patch does not continue this version; PatchApplyError when a
         removed MSG is not in the graph as often as the patch removes it (or, in a format-2
@@ -97,22 +106,25 @@ class GraphReplica:
                     raise PatchApplyError(f"patch {patch.id} adds occurrences {occs} of MSG "
                                           f"sha256:{Msg.of(text).hash} the graph holds; the replica has diverged")
         msgs = {m.nquads: m for m in (*patch.removed, *patch.added)}
+        change = ReplicaChange()
         for text, occs in gone.items():
             if not occs:
                 continue
             instances = self._msgs[text]
             for occurrence in occs:
-                del instances[occurrence]
+                change.gone.append((msgs[text].hash, occurrence, instances.pop(occurrence)))
             if not instances:
                 del self._msgs[text]
                 self._texts.pop(msgs[text].hash, None)
         for text, occs in came.items():
             msg = msgs[text]
             for occurrence in occs:
-                self._msgs.setdefault(text, {})[occurrence] = _instance(msg, occurrence)
+                instance = self._msgs.setdefault(text, {})[occurrence] = _instance(msg, occurrence)
+                change.came.append((msg.hash, occurrence, instance))
             if occs and "_:" in text:
                 self._texts[msg.hash] = text
         self.version = patch.id
+        return change
 
     def held(self, msg_hash: str) -> list[int]:
         """The occurrences of an MSG the graph holds (for building a format-2 patch)."""

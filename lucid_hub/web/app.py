@@ -5,7 +5,21 @@ from __future__ import annotations
 from flask import Flask
 
 from lucid_hub.config import Settings
-from lucid_hub.web import admin, archive, errors, graphs, headers, mirrors, oauth, ops, queries, sparql, websub, windows
+from lucid_hub.web import (
+    admin,
+    archive,
+    errors,
+    graphs,
+    headers,
+    mirrors,
+    oauth,
+    ops,
+    queries,
+    sparql,
+    streams,
+    websub,
+    windows,
+)
 from lucid_hub.web.bodies import BoundedRequest
 from lucid_hub.web.parts import HubParts
 
@@ -32,7 +46,7 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
                       admin.api, admin.ui, websub.blueprint, mirrors.blueprint, queries.blueprint, queries.sockets,
-                      windows.blueprint):
+                      windows.blueprint, streams.blueprint):
         app.register_blueprint(blueprint)
     queries.sock.init_app(app)
     return app

@@ -12,13 +12,21 @@ from typing import Any
 import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
-from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.errors import InputError, NotFoundError, UnsupportedMediaTypeError
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
 from lucid_hub.rdf.syntax import serialize
-from lucid_hub.web.authz import author, authorized_graph, require_graph, require_scope
+from lucid_hub.web.authz import (
+    anonymous,
+    author,
+    authorized_graph,
+    may_read,
+    readable_graph,
+    require_scope,
+    unknown_or_unauthenticated,
+)
 from lucid_hub.web.http import (
     RDF_MEDIA_TYPES,
     discovery_links,
@@ -64,7 +72,7 @@ def _request_uri() -> str:
 
 @blueprint.get("/patches")
 def container() -> Response:
-    graph = authorized_graph("read")
+    graph = readable_graph()
     settings = runtime().settings
     since = request.args.get("since")
     if since is not None:
@@ -109,7 +117,7 @@ def patch_events() -> Response:
     patch, in chain order, as an event `patch` whose id is its position in the chain;
     `Last-Event-ID` (or `?after=N`) resumes after position N for as long as the archive
     holds the patches, without one: from now. `?body=1` adds the signed RDF Patch itself."""
-    graph = authorized_graph("read")
+    graph = readable_graph()
     raw = request.headers.get("Last-Event-ID") or request.args.get("after")
     stream = runtime().stream
     if raw is None or raw == "":
@@ -140,9 +148,13 @@ def patch_events() -> Response:
 @blueprint.get("/patches/<path:patch_id>")
 def patch_resource(patch_id: str) -> Response:
     check_patch_id(patch_id)
-    require_scope("graphs:read")  # before the lookup: no probing which patches exist
-    record = runtime().archive.patch(patch_id)
-    require_graph(record.graph, "read")
+    if not anonymous():
+        require_scope("graphs:read")  # before the lookup: no probing which patches exist
+    try:
+        record = runtime().archive.patch(patch_id)
+    except NotFoundError as exc:
+        raise unknown_or_unauthenticated(exc) from None
+    may_read(record.graph)
     media_type = negotiate(PATCH_TYPES, RDF_PATCH)
     # One strong ETag per representation; a patch never changes, but it is read with a token:
     # only the caller's own cache may keep it (a shared one would serve it to anybody).

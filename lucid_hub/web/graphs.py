@@ -18,7 +18,7 @@ from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import ntriples, statement_quads
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.store.graphs import check_no_skolem
-from lucid_hub.web.authz import author, authorized_graph, require_graph
+from lucid_hub.web.authz import author, authorized_graph, readable_graph, require_graph
 from lucid_hub.web.http import (
     RDF_MEDIA_TYPES,
     body_quads,
@@ -48,7 +48,7 @@ def _no_default_graph() -> None:
 @blueprint.get("/graphs")
 def get_graph() -> Response:
     _no_default_graph()
-    graph = authorized_graph("read")
+    graph = readable_graph()
     version, statements = runtime().publisher.content(graph, request.args.get("version"))
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
     # Beside WebSub's discovery: where continuous queries over the graph are made (docs/queries.md).

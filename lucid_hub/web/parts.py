@@ -22,6 +22,7 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.stream import PatchStream
+from lucid_hub.streams.members import StreamIndex
 
 
 class HubParts(Protocol):
@@ -45,6 +46,7 @@ class HubParts(Protocol):
     delivery: Deliverer
     queries: QueryService
     windows: WindowService
+    streams: StreamIndex
     leader: bool
 
     def start_delivery(self, run: bool = True) -> None: ...
