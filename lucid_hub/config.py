@@ -77,6 +77,10 @@ class Settings:
     # in memory.
     stream_page_members: int = 500
     stream_graphs: int = 64
+    # Inboxes (docs/streams.md): the largest notification (bytes), and notifications one sender
+    # may post a minute (per process).
+    inbox_max_bytes: int = 64 * 1024
+    inbox_rate: int = 60
     # Format of the patches this hub makes (docs/patch-format.md): 2, or 1 while partners still
     # run a release that reads format 1 only. Either reads both.
     patch_format: int = 2
@@ -225,6 +229,8 @@ class Settings:
                               "positive, and LUCID_QUERY_MEMORY_MB at least 256")
         if min(self.stream_page_members, self.stream_graphs) < 1:
             raise ConfigError("LUCID_STREAM_PAGE_MEMBERS and LUCID_STREAM_GRAPHS must be positive")
+        if min(self.inbox_max_bytes, self.inbox_rate) < 1:
+            raise ConfigError("LUCID_INBOX_MAX_BYTES and LUCID_INBOX_RATE must be positive")
         if self.patch_format not in (1, 2):
             raise ConfigError("LUCID_PATCH_FORMAT must be 1 or 2")
         if self.auth_rate_limit < 1:

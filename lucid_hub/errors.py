@@ -71,6 +71,15 @@ class ConflictError(LucidError):
         self.head = head
 
 
+class ReplayError(LucidError):
+    """The same message was received before and is not taken twice (HTTP 409, with where the
+    first copy is)."""
+
+    def __init__(self, message: str, location: str) -> None:
+        super().__init__(message)
+        self.location = location
+
+
 class NotAcceptableError(InputError):
     """None of the media types the request accepts can be served (HTTP 406)."""
 

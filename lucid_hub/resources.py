@@ -15,6 +15,15 @@ def patch_url(base: str, patch_id: str) -> str:
     return f"{base}/patches/{patch_id}"
 
 
+def inbox_url(base: str, graph: str) -> str:
+    """The graph's Linked Data Notifications inbox (docs/streams.md, "Inboxes")."""
+    return f"{base}/inbox?graph={quote(graph, safe='')}"
+
+
+def notification_url(base: str, ident: str) -> str:
+    return f"{base}/inbox/notifications/{ident}"
+
+
 def hub_url(base: str) -> str:
     return f"{base}/hub"
 

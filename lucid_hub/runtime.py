@@ -26,10 +26,12 @@ from lucid_hub.publish import Publisher
 from lucid_hub.queries import QueryService
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.resources import notification_url
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.stream import PatchStream
+from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class Runtime:
     queries: QueryService  # evaluating (in the leader) once queries.start() ran
     windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start() ran
     streams: StreamIndex  # the graphs' event streams (LDES), built from the archive when read
+    inbox: Inbox  # the graphs' Linked Data Notifications inboxes
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
@@ -123,7 +126,11 @@ class Runtime:
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
                       hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens, queries.engine,
                                                             canonicalizer, evaluates=slot == 0),
-                      StreamIndex(archive, canonicalizer, settings.stream_graphs), leader=slot == 0)
+                      StreamIndex(archive, canonicalizer, settings.stream_graphs),
+                      Inbox(db, lambda ident: notification_url(settings.public_url, ident),
+                            max_bytes=settings.inbox_max_bytes, per_minute=settings.inbox_rate,
+                            poll=stream.poll),
+                      leader=slot == 0)
         runtime.windows.on_written = runtime.queries.notify_channels  # WebSockets observe both
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))

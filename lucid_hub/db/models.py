@@ -305,3 +305,21 @@ class WindowedResult(Base):
     sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Notification(Base):
+    """A Linked Data Notification a partner sent to a graph's inbox (docs/streams.md)."""
+
+    __tablename__ = "ldn_notifications"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)  # arrival order
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    graph: Mapped[str] = mapped_column(IRI, index=True)
+    sender: Mapped[str] = mapped_column(String(255), index=True)  # the authenticated account
+    endpoint_id: Mapped[str] = mapped_column(String(255))  # the client it sent with
+    # sha256 of graph, sender and the body as sent: a replay has the same, and finds no room
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    kinds: Mapped[str] = mapped_column(String(1024))  # the activities' types, space-separated
+    objects: Mapped[str] = mapped_column(Text)  # the activities' objects (IRIs), one per line
+    body: Mapped[str] = mapped_column(Text)  # the statements, N-Triples
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

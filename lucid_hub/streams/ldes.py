@@ -23,7 +23,7 @@ from urllib.parse import quote
 import pyoxigraph as ox
 
 from lucid_hub.errors import InputError
-from lucid_hub.resources import graph_url, patch_url
+from lucid_hub.resources import graph_url, inbox_url, patch_url
 from lucid_hub.streams.members import GraphStream, Member
 
 LDES = "https://w3id.org/ldes#"
@@ -103,7 +103,7 @@ class Urls:
 
     @property
     def inbox(self) -> str:
-        return f"{self.base}/inbox?graph={self.q}"
+        return inbox_url(self.base, self.graph)
 
     @property
     def channels(self) -> str:

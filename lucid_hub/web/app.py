@@ -11,6 +11,7 @@ from lucid_hub.web import (
     errors,
     graphs,
     headers,
+    inbox,
     mirrors,
     oauth,
     ops,
@@ -46,7 +47,7 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
                       admin.api, admin.ui, websub.blueprint, mirrors.blueprint, queries.blueprint, queries.sockets,
-                      windows.blueprint, streams.blueprint):
+                      windows.blueprint, streams.blueprint, inbox.blueprint):
         app.register_blueprint(blueprint)
     queries.sock.init_app(app)
     return app

@@ -36,6 +36,7 @@ from lucid_hub.web.http import (
     message,
     negotiate,
     patch_url,
+    request_uri,
     runtime,
 )
 
@@ -57,17 +58,6 @@ def _container_headers() -> dict[str, str]:
 @blueprint.route("/patches", methods=["OPTIONS"])
 def container_options() -> Response:
     return Response(status=204, headers=_container_headers())
-
-
-def _request_uri() -> str:
-    """The URI the client asked for, as it sent it (the container's subject must be exactly
-    that, LDP §4.2.1.6): the hub's public base, then the request target before any decoding."""
-    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
-    if not raw:
-        query = request.query_string.decode("latin-1")
-        raw = request.environ.get("SCRIPT_NAME", "") + request.environ.get("PATH_INFO", "") + (
-            f"?{query}" if query else "")
-    return f"{runtime().settings.public_url}{raw}"
 
 
 @blueprint.get("/patches")
@@ -97,7 +87,7 @@ def container() -> Response:
             "next": _page_url(graph, page[-1].id) if more else None})
         response.headers.update(headers)
         return response
-    self_url = ox.NamedNode(_request_uri())
+    self_url = ox.NamedNode(request_uri())
     quads = [ox.Quad(self_url, ox.NamedNode(RDF_TYPE), ox.NamedNode(LDP + "BasicContainer"))]
     for r in page:
         quads.append(ox.Quad(self_url, ox.NamedNode(LDP + "contains"), ox.NamedNode(patch_url(r.id))))

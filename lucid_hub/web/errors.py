@@ -25,6 +25,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (e.CanonicalizationLimitExceeded, 422),
     (e.PreconditionFailedError, 412),
     (e.ConflictError, 409),
+    (e.ReplayError, 409),
     (e.ChainError, 409),
     (e.PatchApplyError, 409),
     (e.NotFoundError, 404),
@@ -74,8 +75,12 @@ def register(app: Flask) -> None:
                 headers["WWW-Authenticate"] = bearer_challenge("insufficient_scope", str(exc), exc.scope)
             if exc.request_id:
                 headers["X-Request-Id"] = exc.request_id
+        if isinstance(exc, e.ReplayError):
+            headers["Location"] = exc.location
         if isinstance(exc, e.RateLimitedError):
             headers["Retry-After"] = str(exc.retry_after)
+        if status < 500:  # what a route says every answer of its carries (an inbox: its constraints)
+            headers.update(g.get("error_headers") or {})
         if status >= 500:
             log.error("request failed: %s", exc)
         return text(status, str(exc), headers)

@@ -17,6 +17,7 @@ from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import ntriples, statement_quads
 from lucid_hub.rdf.syntax import serialize
+from lucid_hub.resources import inbox_url
 from lucid_hub.store.graphs import check_no_skolem
 from lucid_hub.web.authz import author, authorized_graph, readable_graph, require_graph
 from lucid_hub.web.http import (
@@ -53,7 +54,9 @@ def get_graph() -> Response:
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
     # Beside WebSub's discovery: where continuous queries over the graph are made (docs/queries.md).
     subscriptions = f'<{runtime().settings.public_url}/subscriptions>; rel="https://w3id.org/lucid-hub#subscriptions"'
-    headers = {"ETag": etag(version), "Link": f"{discovery_links(graph)}, {subscriptions}", "Vary": "Accept"}
+    # ... and its Linked Data Notifications inbox (docs/streams.md, "Inboxes").
+    inbox = f'<{inbox_url(runtime().settings.public_url, graph)}>; rel="http://www.w3.org/ns/ldp#inbox"'
+    headers = {"ETag": etag(version), "Link": f"{discovery_links(graph)}, {subscriptions}, {inbox}", "Vary": "Accept"}
     none_match = entity_tags("If-None-Match")
     if none_match is not None and none_match.match_weak(version):
         return Response(status=304, headers=headers)

@@ -66,6 +66,17 @@ def body_quads(base_iri: str) -> Iterator[ox.Quad]:
     return read_quads(request.get_data(cache=False), fmt, base_iri=base_iri, name="request body")
 
 
+def request_uri() -> str:
+    """The URI the client asked for, as it sent it (the container's subject must be exactly
+    that, LDP §4.2.1.6): the hub's public base, then the request target before any decoding."""
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+    if not raw:
+        query = request.query_string.decode("latin-1")
+        raw = request.environ.get("SCRIPT_NAME", "") + request.environ.get("PATH_INFO", "") + (
+            f"?{query}" if query else "")
+    return f"{runtime().settings.public_url}{raw}"
+
+
 def message() -> str:
     return request.headers.get(MESSAGE_HEADER, "")[:4096]
 

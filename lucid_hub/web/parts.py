@@ -22,6 +22,7 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.stream import PatchStream
+from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
 
 
@@ -47,6 +48,7 @@ class HubParts(Protocol):
     queries: QueryService
     windows: WindowService
     streams: StreamIndex
+    inbox: Inbox
     leader: bool
 
     def start_delivery(self, run: bool = True) -> None: ...
