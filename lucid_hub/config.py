@@ -138,6 +138,9 @@ class Settings:
     deliver_in_process: bool = True
     # Mirrors whose publisher withdrew access: keep the replica as it was, or purge it.
     mirror_on_revoke: str = "keep"
+    # Mirrors tell their publisher how far they got: an LDN receipt to the graph's inbox per
+    # new head (docs/streams.md, "Receipts"). Off: the publisher learns nothing from us.
+    mirror_receipts: bool = True
     # Logs of serve and worker: "text" for people, "json" (one object per line) for collectors.
     log_format: str = "text"
     log_level: str = "INFO"

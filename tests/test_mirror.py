@@ -16,6 +16,7 @@ from typing import Any
 import pyoxigraph as ox
 import pytest
 import requests
+from sqlalchemy import select
 
 from lucid_hub.db.models import Mirror
 from lucid_hub.diff.local import diff_graph
@@ -395,3 +396,41 @@ def test_continuous_and_windowed_queries_follow_a_mirrored_graph(hubs: tuple[Run
     [element] = partner.http.get(f"{partner.url}/windows/kpi/results", timeout=30).json()["results"]
     assert element["patches"] == [patch] and int(element["results"]["results"]["bindings"][0]["n"]["value"]) > 0
     assert partner.http.get(f"{partner.url}/windows/kpi/results/0/replay", timeout=30).json() == element
+
+
+def test_a_mirror_sends_receipts_the_publisher_shows_who_applied_what(hubs: tuple[RunningHub, RunningHub]) -> None:
+    publisher, partner = hubs
+    for i in range(3):
+        publish(publisher, version(i))
+    add_mirror(publisher, partner)
+    client_id = mirror(partner)["client_id"]
+
+    def receipts() -> list[dict[str, object]]:
+        answer = publisher.http.get(f"{publisher.url}/admin/receipts", params={"graph": G}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["receipts"])
+
+    head = publisher.runtime.archive.head(G)
+    wait(lambda: [r["patch"] for r in receipts()] == [head], show=receipts)
+    (got,) = receipts()
+    assert got["sender"] == client_id and got["position"] == 3 and got["behind"] == 0
+    assert inbox_size(publisher) == 1  # the clone applied three patches: one receipt covers them
+    # one receipt per new head, however many patches it covers; never one twice
+    newest = [publish(publisher, version(i)) for i in range(3, 6)][-1]
+    wait(lambda: [r["patch"] for r in receipts()] == [newest], show=receipts)
+    (got,) = receipts()
+    assert got["position"] == 6 and got["behind"] == 0
+    assert 2 <= inbox_size(publisher) <= 4  # the first head, those between as deliveries came, the newest
+    # the receipt itself: an AS Announce by the mirror's hub of the publisher's patch
+    notification = publisher.http.get(str(got["notification"]), headers={"Accept": "application/n-triples"},
+                                      timeout=30).text
+    assert "activitystreams#Announce" in notification and f"{publisher.url}/patches/{newest}" in notification
+    assert partner.url in notification
+    assert publisher.http.get(f"{publisher.url}/admin/receipts", timeout=30).status_code == 400  # graph= needed
+
+
+def inbox_size(hub: RunningHub) -> int:
+    from lucid_hub.db.models import Notification
+
+    with hub.runtime.db.session() as session:
+        return len(list(session.scalars(select(Notification.seq).where(Notification.graph == G))))

@@ -1,6 +1,7 @@
 """Talking to another hub over HTTP: discovery, its keys, (un)subscription requests, archive
-pages, the graph at a version, and bulk uploads. Services never build another hub's URLs or
-parse its answers themselves; every failure comes out as a `RemoteError` (errors.py).
+pages, the graph at a version, bulk uploads, and notifications to its inboxes. Services
+never build another hub's URLs or parse its answers themselves; every failure comes out as a
+`RemoteError` (errors.py).
 
 A mirror's client carries a session that keeps every connection to the outbound address
 policy (`lucid_hub.outbound`): the URLs it follows (discovery links, archive pages) are the
@@ -9,6 +10,7 @@ publisher's to choose.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -16,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
-from lucid_hub import nesting
+from lucid_hub import nesting, resources
 from lucid_hub.client.tokens import client_credentials_token
 from lucid_hub.errors import (
     InputError,
@@ -27,6 +29,7 @@ from lucid_hub.errors import (
 )
 
 TIMEOUT = 30.0
+LDP_INBOX = "http://www.w3.org/ns/ldp#inbox"
 BULK_TIMEOUT = 3600.0  # a bulk upload or download of a large graph
 
 
@@ -105,6 +108,28 @@ class HubClient:
         if answer.status_code != 202:
             raise RemoteRefusedError(f"the hub refused to {form.get('hub.mode')} ({answer.status_code}): "
                                      f"{answer.text.strip()[:300]}", answer.status_code)
+
+    # --- Linked Data Notifications -------------------------------------------------------
+    def inbox_of(self, graph: str) -> str | None:
+        """The graph's LDN inbox, by the `Link rel=ldp#inbox` on its resource (LDN §3, HEAD
+        first); None when the hub names none (a release before inboxes). An inbox on another
+        origin is not followed: notifications carry the client's token."""
+        url = resources.graph_url(self.base, graph)
+        answer = self._call("head", url, f"the graph {url}", timeout=TIMEOUT, headers=self._headers())
+        inbox = answer.links.get(LDP_INBOX, {}).get("url")
+        if inbox is None or not same_origin(inbox, self.base):
+            return None
+        return str(inbox)
+
+    def notify(self, inbox: str, notification: dict[str, Any]) -> str:
+        """Post a notification (JSON-LD) to an inbox; its Location. A notification the inbox
+        received before counts as sent (409 names the first copy)."""
+        answer = self._call("post", inbox, f"the inbox {inbox}", data=json.dumps(notification).encode(),
+                            timeout=TIMEOUT, headers=self._headers(**{"Content-Type": "application/ld+json"}))
+        if answer.status_code not in (201, 202, 409):
+            raise RemoteRefusedError(f"the inbox refused the notification ({answer.status_code}): "
+                                     f"{answer.text.strip()[:300]}", answer.status_code)
+        return str(answer.headers.get("Location", ""))
 
     # --- the archive and graphs --------------------------------------------------------
     def archive_pages(self, graph: str, since: str | None) -> Iterator[dict[str, Any]]:

@@ -49,6 +49,7 @@ from lucid_hub.errors import (
     RemoteRefusedError,
 )
 from lucid_hub.metrics import Metrics
+from lucid_hub.mirror.receipts import Receipts
 from lucid_hub.outbound import AddressPolicy
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
@@ -237,6 +238,7 @@ class MirrorService:
         self._first_round_done = threading.Event()
         self._pins: dict[str, str] = {}  # each mirror's pinned JWKS, as the last round saw it
         self._keys: dict[str, TrustedKeys] = {}
+        self.receipts = Receipts(settings.public_url, settings.mirror_receipts)
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -300,6 +302,21 @@ class MirrorService:
                     caught_up.add(mirror_id)
                 except LucidError as exc:
                     self._note(mirror_id, f"catching up failed: {exc}")
+            if state == "active":
+                self._send_receipt(mirror_id)
+
+    def _send_receipt(self, mirror_id: str) -> None:
+        """Tell the publisher the mirror's new head, if it has one not told yet (receipts.py)."""
+        row = self._row(mirror_id)
+        head = self._head(row.graph)
+        if head is None or not self.receipts.due(mirror_id, head):
+            return
+        try:
+            publisher = self._publisher(row)
+        except LucidError as exc:
+            log.warning("mirror of <%s>: no token for the receipt: %s", row.graph, exc)
+            return
+        self.receipts.send(mirror_id, row.graph, head, self.stream.position(row.graph), publisher)
 
     # --- subscribing -----------------------------------------------------------------
     def callback_url(self, mirror_id: str) -> str:
@@ -363,6 +380,7 @@ class MirrorService:
         with self.db.session() as session:
             session.execute(delete(Mirror).where(Mirror.id == mirror_id))
         self.mirrored.refresh()
+        self.receipts.forget(mirror_id)
 
     def verify_intent(self, mirror_id: str, mode: str, topic: str, challenge: str, lease: str | None,
                       reason: str = "") -> str | None:
@@ -531,6 +549,7 @@ class MirrorService:
     def _archive(self, mirror_id: str, patch: Patch) -> None:
         self.publisher.archive_verified(patch)
         self._count_applied(mirror_id, 1)
+        self._wake.set()  # the maintenance round sends the receipt
 
     def _count_applied(self, mirror_id: str, count: int) -> None:
         if count:

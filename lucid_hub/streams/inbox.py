@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyoxigraph as ox
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from lucid_hub.db.models import Notification
@@ -148,6 +148,16 @@ class Inbox:
             query = query.order_by(Notification.seq.desc())
         with self.db.session() as session:
             return [Received.of(r) for r in session.scalars(query.limit(min(size, LIST_MAX)))]
+
+    def latest_per_sender(self, graph: str, kind: str) -> list[Received]:
+        """Each sender's newest notification about the graph holding an activity of `kind`
+        (receipts: each partner's newest Announce)."""
+        newest = (select(func.max(Notification.seq)).where(Notification.graph == graph)
+                  .where(Notification.kinds.contains(kind)).group_by(Notification.sender))
+        with self.db.session() as session:
+            rows = session.scalars(select(Notification).where(Notification.seq.in_(newest))
+                                   .order_by(Notification.sender))
+            return [Received.of(r) for r in rows if kind in r.kinds.split()]
 
     def get(self, ident: str) -> Received:
         try:

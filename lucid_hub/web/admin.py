@@ -18,9 +18,10 @@ from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError, PolicyError, RateLimitedError
 from lucid_hub.policy.engine import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
+from lucid_hub.resources import notification_url
 from lucid_hub.signing import write_private
 from lucid_hub.web.authz import author, require_scope
-from lucid_hub.web.http import json_object_body, negotiate, request_address, runtime
+from lucid_hub.web.http import graph_param, json_object_body, negotiate, request_address, runtime
 
 api = Blueprint("admin_api", __name__, url_prefix="/admin")
 ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates", static_folder="static")
@@ -172,6 +173,28 @@ def create_client() -> Response:
 def delete_client(client_id: str) -> Response:
     runtime().clients.delete(client_id)
     return Response(status=204)
+
+
+@api.get("/receipts")
+def list_receipts() -> Response:
+    """Who applied what: each partner's newest receipt (an `as:Announce` in the graph's inbox,
+    docs/streams.md "Receipts") with the chain position it names and how far behind it is."""
+    hub = runtime()
+    graph = graph_param()
+    length = hub.stream.position(graph)
+    prefix = f"{hub.settings.public_url}/patches/"
+    out = []
+    for item in hub.inbox.latest_per_sender(graph, "Announce"):
+        patch = next((o[len(prefix):] for o in item.objects if o.startswith(prefix)), None)
+        try:
+            position = hub.archive.position(patch, graph) if patch else None
+        except NotFoundError:
+            position = None  # a patch this hub never made: reported, not trusted
+        out.append({"sender": item.sender, "patch": patch, "position": position,
+                    "behind": None if position is None else length - position,
+                    "received": item.created_at.isoformat().replace("+00:00", "Z"),
+                    "notification": notification_url(hub.settings.public_url, item.id)})
+    return jsonify({"graph": graph, "length": length, "receipts": out})
 
 
 @api.get("/subscriptions")
