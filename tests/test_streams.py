@@ -450,3 +450,16 @@ def test_channels_and_links_are_discoverable_from_the_graph(streams_hub: Running
     assert rdf.status_code == 200 and Graph().parse(data=rdf.text, format="turtle")
     context = requests.get(f"{hub.url}/contexts/lucid-hub.jsonld", timeout=30).json()
     assert context["@context"]["ldes"] == LDES
+
+
+def test_the_patch_archive_gives_the_latest_n(streams_hub: RunningHub) -> None:
+    hub = streams_hub
+    for nt in (FIRST, SECOND, THIRD):
+        put(hub, G, nt)
+    ids = [r.id for r in hub.runtime.archive.history(G)]
+    answer = requests.get(f"{hub.url}/patches", params={"graph": G, "size": 2}, headers={"Accept": "application/json"},
+                          timeout=30)
+    assert [p["id"] for p in answer.json()["patches"]] == ids[-2:]
+    for bad in ({"size": "0"}, {"size": "x"}, {"size": "2", "since": ids[0]}):
+        refused = requests.get(f"{hub.url}/patches", params={"graph": G, **bad}, timeout=30)
+        assert refused.status_code == 400 and "size" in refused.text, bad

@@ -147,6 +147,14 @@ class Archive:
                 query = query.limit(limit)
             return list(session.scalars(query))
 
+    def latest(self, graph: str, count: int) -> list[PatchRecord]:
+        """The graph's newest `count` patches, in chain order."""
+        with self.db.session() as session:
+            if session.get(Graph, graph) is None:
+                raise NotFoundError(f"unknown graph <{graph}>")
+            query = select(PatchRecord).where(PatchRecord.graph == graph).order_by(PatchRecord.seq.desc())
+            return list(reversed(list(session.scalars(query.limit(count)))))
+
     def bodies(self, graph: str) -> tuple[str | None, list[bytes]]:
         """The graph's head and every patch's bytes in chain order, read in one transaction."""
         with self.db.session() as session:

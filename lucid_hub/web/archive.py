@@ -64,14 +64,19 @@ def container_options() -> Response:
 def container() -> Response:
     graph = readable_graph()
     settings = runtime().settings
-    since = request.args.get("since")
+    since, size = request.args.get("since"), request.args.get("size")
     if since is not None:
         check_patch_id(since, "since")
-    records = runtime().archive.history(graph, since=since, limit=settings.page_size + 1)
-    page, more = records[: settings.page_size], len(records) > settings.page_size
+    if size is not None:  # the latest N (LDN for RDF streams: "pull the latest items")
+        if since is not None or not size.isdigit() or not 1 <= int(size) <= settings.page_size:
+            raise InputError(f"size must be a number of patches from 1 to {settings.page_size}, without since")
+        page, more = runtime().archive.latest(graph, int(size)), False
+    else:
+        records = runtime().archive.history(graph, since=since, limit=settings.page_size + 1)
+        page, more = records[: settings.page_size], len(records) > settings.page_size
     media_type = negotiate(CONTAINER_TYPES, "text/turtle")
     # A page is fixed by its graph, its start, what it lists and its syntax.
-    tag = hashlib.sha256("\n".join([graph, since or "", media_type, str(more),
+    tag = hashlib.sha256("\n".join([graph, since or "", size or "", media_type, str(more),
                                      *(r.id for r in page)]).encode()).hexdigest()
     headers = {**_container_headers(), "ETag": etag(tag), "Vary": "Accept"}
     links = [*CONTAINER_LINKS, f'<{graph_url(graph)}>; rel="describes"']
