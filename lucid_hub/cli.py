@@ -691,6 +691,25 @@ def bench_queries(subscriptions: str, patches: int, rate: float, idle: int, seed
     run(counts, patches, rate, idle, seed)
 
 
+@bench.command("streams")
+@click.option("--triples", default=100_000, show_default=True, help="Triples of the graph before its patches.")
+@click.option("--patches", default=1000, show_default=True, help="Patches after it (five entity changes each).")
+@click.option("--clients", default="100,1000", show_default=True, help="Comma-separated SSE client counts.")
+@click.option("--events", default=50, show_default=True, help="Patches per fan-out latency phase.")
+@click.option("--rate", default=10.0, show_default=True, help="Patches per second in the latency phase.")
+@click.option("--burst", default=50, show_default=True, help="Patches published as fast as possible for events/s.")
+@click.option("--seed", default=1, show_default=True)
+def bench_streams(triples: int, patches: int, clients: str, events: int, rate: float, burst: int, seed: int) -> None:
+    """Streams as Linked Data: replicating a history over LDES against the patch archive, and
+    Server-Sent Events fan-out latency and events/s against one client."""
+    from lucid_hub.tools.bench.streams import run
+
+    counts = _counts(clients, "--clients")
+    if triples < 10 or patches < 1 or events < 1 or burst < 1 or rate <= 0 or any(n < 1 for n in counts):
+        raise InputError("--triples must be at least 10; --patches, --events, --burst, --rate and --clients positive")
+    run(triples, patches, counts, events, rate, burst, seed)
+
+
 @bench.command("diff")
 @click.option("--sizes", default="1000000,10000000", show_default=True,
               help="Comma-separated snapshot sizes in triples; the scaling factor is last / first.")

@@ -250,8 +250,8 @@ class Settings:
             raise ConfigError("LUCID_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
         if not 1 <= self.web_workers <= 64:
             raise ConfigError("LUCID_WEB_WORKERS must be between 1 and 64")
-        if not 1 <= self.web_threads <= 256:
-            raise ConfigError("LUCID_WEB_THREADS must be between 1 and 256")
+        if not 1 <= self.web_threads <= 4096:  # each open event stream or WebSocket holds one
+            raise ConfigError("LUCID_WEB_THREADS must be between 1 and 4096")
         if self.graceful_timeout <= 0:
             raise ConfigError("LUCID_GRACEFUL_TIMEOUT must be a positive number of seconds")
         if not 0 <= self.metrics_port < 65536:
