@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from lucid_hub import gcpause
 from lucid_hub.config import Settings
 from lucid_hub.errors import ConfigError
 from lucid_hub.logging_setup import configure_logging, dict_config
@@ -60,6 +61,7 @@ def _serve_werkzeug(settings: Settings) -> None:
     runtime = Runtime.open(settings)
     runtime.publisher.start_relay()
     httpd = make_server(settings.host, settings.port, create_app(settings, runtime), threaded=True)
+    gcpause.freeze_startup()
 
     def shutdown(_signum: int, _frame: object) -> None:
         threading.Thread(target=httpd.shutdown, daemon=True).start()
@@ -98,7 +100,9 @@ def _serve_gunicorn(settings: Settings) -> None:
             # leader's relay looks at the outbox often: the others' publishes wait for it.
             self.runtime = Runtime.open(settings)
             self.runtime.publisher.start_relay(interval=2.0 if settings.web_workers == 1 else 0.1)
-            return create_app(settings, self.runtime)
+            app = create_app(settings, self.runtime)
+            gcpause.freeze_startup()
+            return app
 
         def _post_worker_init(self, _worker: Any) -> None:
             # SIGTERM: gunicorn stops accepting and waits for requests in flight; event

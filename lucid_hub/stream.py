@@ -24,6 +24,10 @@ from lucid_hub.archive import Archive, ChainLink
 from lucid_hub.rdf.patch import Patch
 
 READ_BATCH = 100  # patches a follower reads from the archive at a time
+# A read one follower made serves the others of the graph at the same position for this long
+# (patches of other processes of the hub are found this much later at most).
+SHARE_SECONDS = 0.05
+SHARED_READS = 256  # reads kept for sharing, over all graphs and positions
 RECENT = 1024  # announcements kept for `changes` (a watcher further behind hears "any graph")
 
 
@@ -37,6 +41,12 @@ class PatchStream:
         self._generation = 0
         self._recent: deque[tuple[int, str]] = deque(maxlen=RECENT)
         self._ended = False
+        # Recent reads by followers, by (graph, bodies, after): (generation, time, links); the
+        # followers of a graph are at a few positions at once (those that took the newest
+        # patch, those still about to), so each position keeps its own.
+        self._shared: dict[tuple[str, bool, int], tuple[int, float, list[ChainLink]]] = {}
+        self._share_locks: dict[tuple[str, bool], threading.Lock] = {}
+        self._share_guard = threading.Lock()
 
     # --- the archiving side --------------------------------------------------------------
     def announce(self, patch: Patch) -> None:
@@ -77,7 +87,7 @@ class PatchStream:
         quiet_since = time.monotonic()
         while not self._ended and not stopped():
             generation = self.generation()
-            links = self.read(graph, after, bodies=bodies)
+            links = self._read_shared(graph, after, generation, bodies)
             for link in links:
                 yield link
                 after = link.seq
@@ -89,10 +99,34 @@ class PatchStream:
                 quiet_since = time.monotonic()
             self.wait(generation, self.poll)
 
+    def _read_shared(self, graph: str, after: int, generation: int, bodies: bool) -> list[ChainLink]:
+        """`read`, shared: a hundred push clients woken by one announcement make one archive
+        read, not a hundred. A read that began at or after the caller's `generation` holds
+        every patch announced by then, so it serves the caller as its own read would."""
+        key = (graph, bodies, after)
+        held = self._shared.get(key)  # first without a lock: a hundred woken followers must not
+        if held is not None and held[0] >= generation and time.monotonic() - held[1] < SHARE_SECONDS:
+            return held[2]  # queue for one
+        with self._share_guard:
+            lock = self._share_locks.setdefault((graph, bodies), threading.Lock())
+        with lock:
+            held = self._shared.get(key)
+            if held is not None and held[0] >= generation and time.monotonic() - held[1] < SHARE_SECONDS:
+                return held[2]
+            began = self.generation()
+            links = self.read(graph, after, bodies=bodies)
+            with self._share_guard:
+                self._shared.pop(key, None)  # re-inserted: the newest in insertion order
+                self._shared[key] = (began, time.monotonic(), links)
+                if len(self._shared) > SHARED_READS:  # the oldest reads go (insertion order)
+                    for old in list(self._shared)[: len(self._shared) - SHARED_READS]:
+                        del self._shared[old]
+            return links
+
     def generation(self) -> int:
-        """A counter of announcements (for `wait` and `changes`)."""
-        with self._cond:
-            return self._generation
+        """A counter of announcements (for `wait` and `changes`); read without the lock (an
+        int read is atomic, and a stale value only means one more look)."""
+        return self._generation
 
     def wait(self, generation: int, timeout: float) -> int:
         """Until an announcement after `generation` (or `timeout` seconds, or the end); the

@@ -463,3 +463,30 @@ def test_the_patch_archive_gives_the_latest_n(streams_hub: RunningHub) -> None:
     for bad in ({"size": "0"}, {"size": "x"}, {"size": "2", "since": ids[0]}):
         refused = requests.get(f"{hub.url}/patches", params={"graph": G, **bad}, timeout=30)
         assert refused.status_code == 400 and "size" in refused.text, bad
+
+
+def test_ground_patches_take_the_short_way_to_the_same_members(streams_hub: RunningHub,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rebuilding a stream slices ground rows instead of parsing them (members.ground_patch):
+    the members, their states and activities are those the full reader gives."""
+    from lucid_hub.streams import members as m
+
+    hub = streams_hub
+    put(hub, G, FIRST)  # blank nodes: the full reader
+    put(hub, G, '<http://ex/a> <http://ex/p> "x\\ny \\"q\\" ." .\n<http://ex/g> <http://ex/p> "7"@en .\n')
+    put(hub, G, '<http://ex/g> <http://ex/p> "7b"@en .\n<http://ex/h> <http://ex/p> "8"^^<http://ex/t> .\n')
+    put(hub, G, THIRD)
+    bodies = [link.body for link in hub.runtime.archive.chain(G, 0, 100, bodies=True)]
+    assert [m.ground_patch(b, G) is not None for b in bodies] == [False, False, True, False]
+
+    def build() -> m.GraphStream:
+        stream = m.GraphStream(G, hub.runtime.canonicalizer)
+        stream.extend([(link.id, link.seq, link.body) for link in hub.runtime.archive.chain(G, 0, 100, bodies=True)])
+        return stream
+
+    short = build()
+    monkeypatch.setattr(m, "ground_patch", lambda _body, _graph: None)
+    full = build()
+    assert [(x.entity, x.kind, x.statements) for x in short.members] == \
+        [(x.entity, x.kind, x.statements) for x in full.members]
+    assert short.activities == full.activities and short.starts == full.starts

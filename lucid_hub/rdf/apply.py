@@ -19,6 +19,7 @@ from lucid_hub.rdf.msg import (
     Msg,
     blank_components,
     chain_label,
+    msg_hash,
     parse_chain_label,
     triple_statement,
 )
@@ -124,6 +125,32 @@ class GraphReplica:
             if occs and "_:" in text:
                 self._texts[msg.hash] = text
         self.version = patch.id
+        return change
+
+    def apply_ground(self, patch_id: str, prev: str | None, removed: list[str], added: list[str]) -> ReplicaChange:
+        """`apply` for a patch of ground statements only (canonical, as the hub's archive holds
+        them): no MSG to canonicalise, so none is parsed — what rebuilding a graph's event
+        stream from its archive spends its time on otherwise (bench streams). Same checks."""
+        if prev != self.version:
+            raise ChainError(f"patch {patch_id} follows {prev or 'none (first patch)'}, but the graph is at "
+                             f"version {self.version or 'none (empty graph)'}")
+        texts = [f"{s} .\n" for s in removed]
+        missing = next((t for t in texts if t not in self._msgs), None)
+        if missing is not None or len(set(texts)) != len(texts):
+            raise PatchApplyError(f"patch {patch_id} removes a statement the graph does not hold: "
+                                  f"{(missing or texts[0]).strip()[:200]}; the replica has diverged")
+        change = ReplicaChange()
+        for text, statement in zip(texts, removed, strict=True):
+            del self._msgs[text]
+            change.gone.append((msg_hash(text), 0, [statement]))
+        for statement in added:
+            text = f"{statement} .\n"
+            if text in self._msgs:
+                raise PatchApplyError(f"patch {patch_id} adds a statement the graph holds: {statement[:200]}; "
+                                      "the replica has diverged")
+            self._msgs[text] = {0: [statement]}
+            change.came.append((msg_hash(text), 0, [statement]))
+        self.version = patch_id
         return change
 
     def held(self, msg_hash: str) -> list[int]:

@@ -118,7 +118,7 @@ def parse_rdf_patch(raw: bytes, canonicalizer: Canonicalizer, graph: str | None 
         if op == "H ":
             if state != "headers":
                 raise PatchFormatError(f"line {number}: header after the first row")
-            name, term = _header(line, number)
+            name, term = header_line(line, number)
             if name in headers:
                 raise PatchFormatError(f"line {number}: header {name} given twice")
             headers[name] = term
@@ -213,7 +213,8 @@ def read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
     return patch
 
 
-def _header(line: str, number: int) -> tuple[str, ox.NamedNode | ox.Literal]:
+def header_line(line: str, number: int) -> tuple[str, ox.NamedNode | ox.Literal]:
+    """One `H name term .` line: (name, term); PatchFormatError when malformed."""
     match = _HEADER.fullmatch(line.rstrip())
     if match is None:
         raise PatchFormatError(f"line {number}: malformed header (expected 'H name term .')")

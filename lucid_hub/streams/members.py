@@ -22,13 +22,14 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from lucid_hub.archive import Archive
 from lucid_hub.errors import NotFoundError
 from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.patch import format_created
-from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.rdf.patch import format_created, parse_created
+from lucid_hub.rdf.rdfpatch import header_line, read_rdf_patch
 
 READ_BATCH = 200
 MSG_ENTITY = "urn:lucid-hub:msg:"
@@ -89,12 +90,17 @@ class GraphStream:
         for patch_id, seq, body in records:
             if seq != self.seq + 1:
                 raise ValueError(f"stream of <{self.graph}> at {self.seq} cannot take patch {seq}")
-            patch = read_rdf_patch(body, self.canonicalizer)
-            change = self.replica.apply(patch)
-            created = format_created(patch.created)
+            ground = ground_patch(body, self.graph)
+            if ground is not None:
+                prev, author, message, when, removed, added = ground
+                change = self.replica.apply_ground(patch_id, prev, removed, added)
+            else:
+                patch = read_rdf_patch(body, self.canonicalizer)
+                change = self.replica.apply(patch)
+                prev, author, message, when = patch.prev, patch.author, patch.message, patch.created
+            created = format_created(when)
             previous = self.activities[-1].timestamp if self.activities else created
-            activity = Activity(patch_id, patch.prev, seq, patch.author, patch.message, created,
-                                max(created, previous))
+            activity = Activity(patch_id, prev, seq, author, message, created, max(created, previous))
             touched: dict[str, bool] = {}  # entity -> it existed before the patch
             for msg_hash, occ, statements in change.gone:
                 entity = entity_of(statements, msg_hash, occ)
@@ -117,6 +123,33 @@ class GraphStream:
             self.seq, self.last_id = seq, patch_id
 
 
+def ground_patch(body: bytes, graph: str) -> tuple[str | None, str, str, datetime, list[str], list[str]] | None:
+    """(prev, author, message, created, removed, added) of an archived patch whose rows are
+    all ground statements of `graph`; None for any other (it takes the full reader). The
+    archive is the hub's record of truth, verified when it was written: its rows are the
+    canonical statements, so a row is its statement followed by the graph and " ." — sliced,
+    not parsed (hand-written: no RDF parser is needed to cut a known suffix)."""
+    if b"_:" in body:
+        return None
+    headers: dict[str, str] = {}
+    rows: dict[str, list[str]] = {"D": [], "A": []}
+    suffix = f" <{graph}> ."
+    for number, line in enumerate(body.decode("utf-8").split("\n"), start=1):
+        if line.startswith(("D ", "A ")):
+            if not line.endswith(suffix):
+                return None
+            rows[line[0]].append(line[2:-len(suffix)])
+        elif line.startswith("H "):
+            name, term = header_line(line, number)
+            headers[name] = term.value
+        elif line not in ("TX .", "TC .", ""):
+            return None
+    if headers.get("format") != "2" or not {"author", "message", "created"} <= headers.keys():
+        return None
+    return (headers.get("prev"), headers["author"], headers["message"], parse_created(headers["created"]),
+            rows["D"], rows["A"])
+
+
 def made_by(stream: GraphStream, seq: int) -> list[Member]:
     """The members the patch at chain position `seq` made (none before the stream has it)."""
     if not 1 <= seq <= stream.seq:
@@ -137,8 +170,15 @@ class StreamIndex:
         self._streams: OrderedDict[str, GraphStream] = OrderedDict()
         self._lock = threading.Lock()
 
-    def current(self, graph: str) -> GraphStream:
-        """The graph's stream, up to the archive's head. NotFoundError for an unknown graph."""
+    def current(self, graph: str, upto: int | None = None) -> GraphStream:
+        """The graph's stream, up to the archive's head — or, with `upto`, at least up to that
+        chain position, without reading the archive when it is there already (what each
+        push client needs for the patch it was just told of: a hundred of them must not
+        each query the archive under the stream's lock). NotFoundError for an unknown graph."""
+        if upto is not None:
+            known = self._streams.get(graph)  # without the lock: push clients ask for every patch
+            if known is not None and known.seq >= upto:
+                return known
         with self._lock:
             stream = self._streams.get(graph)
             if stream is not None:
@@ -151,8 +191,10 @@ class StreamIndex:
                 self._streams.move_to_end(graph)
                 while len(self._streams) > self.capacity:
                     self._streams.popitem(last=False)
+        if upto is not None and stream.seq >= upto:  # seq is set last by extend: its members are there
+            return stream
         with stream.lock:
-            while True:
+            while upto is None or stream.seq < upto:
                 links = self.archive.chain(graph, stream.seq, READ_BATCH, bodies=True)
                 if not links:
                     break

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
+from lucid_hub.archive import ChainLink
 from lucid_hub.errors import InputError, NotFoundError
 from lucid_hub.rdf.patch import parse_created
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
@@ -117,24 +121,56 @@ def events() -> Response:
     after = _resume_position(patch_stream.position(graph))
     urls, streams = _urls(graph), runtime().streams
 
-    def generate() -> Iterator[str]:
-        yield ": lucid-hub event stream\n\n"
+    def render(link: ChainLink) -> bytes:
+        members = made_by(streams.current(graph, upto=link.seq), link.seq)
+        data: dict[str, Any] = {"graph": graph, "patch": link.id, "seq": link.seq,
+                                "link": patch_url(urls.base, link.id), "stream": urls.stream,
+                                "members": [urls.version(m) for m in members]}
+        if wanted == RDF_PATCH:
+            data["body"] = link.body.decode()
+        elif wanted:
+            data["body"] = ldes.page_of_members(urls, members).render(wanted).decode()
+        return f"event: members\nid: {link.seq}\ndata: {json.dumps(data)}\n\n".encode()
+
+    def generate() -> Iterator[bytes]:
+        yield b": lucid-hub event stream\n\n"
         for link in patch_stream.follow(graph, after, idle=15.0, bodies=wanted == RDF_PATCH):
             if link is None:
-                yield ": keep-alive\n\n"
+                yield b": keep-alive\n\n"
                 continue
-            members = made_by(streams.current(graph), link.seq)
-            data: dict[str, Any] = {"graph": graph, "patch": link.id, "seq": link.seq,
-                                    "link": patch_url(urls.base, link.id), "stream": urls.stream,
-                                    "members": [urls.version(m) for m in members]}
-            if wanted == RDF_PATCH:
-                data["body"] = link.body.decode()
-            elif wanted:
-                data["body"] = ldes.page_of_members(urls, members).render(wanted).decode()
-            yield f"event: members\nid: {link.seq}\ndata: {json.dumps(data)}\n\n"
+            # Every client of the graph gets the same event: rendered once (bench streams).
+            yield _EVENTS.get((urls.base, graph, link.id, wanted or ""), partial(render, link))
 
     return Response(stream_with_context(generate()), mimetype="text/event-stream",
                     headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+class _Rendered:
+    """The last events rendered, shared by the push clients of a graph (a small LRU)."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[tuple[str, str, str, str], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str, str], make: Callable[[], bytes]) -> bytes:
+        found = self._items.get(key)  # without the lock first: every client asks for the same
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        made = make()
+        with self._lock:
+            self._items[key] = made
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return made
+
+
+_EVENTS = _Rendered()
 
 
 def _resume_position(now: int) -> int:
