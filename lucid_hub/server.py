@@ -87,6 +87,9 @@ def _serve_gunicorn(settings: Settings) -> None:
             self.cfg.set("workers", settings.web_workers)
             self.cfg.set("worker_class", "gthread")
             self.cfg.set("threads", settings.web_threads)
+            # gthread accepts at most worker_connections at once (1,000 by default): with more
+            # threads than that, event streams took every connection and requests waited.
+            self.cfg.set("worker_connections", max(1000, 2 * settings.web_threads))
             self.cfg.set("timeout", 3600)  # bulk publishes run long; liveness is /healthz
             self.cfg.set("graceful_timeout", settings.graceful_timeout)
             self.cfg.set("accesslog", None)  # lucid_hub.access logs requests (routes, not paths)
