@@ -93,6 +93,7 @@ def test_the_ldn_test_suite_receiver_checks(inbox_hub: RunningHub) -> None:
     # testReceiverGetLDPContains: <inbox> ldp:contains <notification>
     data = Graph().parse(data=listing.text, format="json-ld", publicID=inbox_url(hub))
     assert (URIRef(inbox_url(hub)), URIRef(LDP + "contains"), URIRef(location)) in data
+    assert (URIRef(inbox_url(hub)), RDF.type, URIRef(LDP + "Container")) in data
     # testReceiverGetLDPContainer, GetLDPConstrainedBy: the container's type and constraints
     assert f"{LDP}BasicContainer" in listing.headers["Link"] and f"{LDP}Container" in listing.headers["Link"]
     constraints = links(listing, f"{LDP}constrainedBy")
@@ -227,6 +228,21 @@ def test_the_graph_and_its_stream_name_the_inbox(inbox_hub: RunningHub) -> None:
     hub = inbox_hub
     head = hub.http.head(f"{hub.url}/graphs", params={"graph": G}, timeout=30)
     assert links(head, f"{LDP}inbox") == [inbox_url(hub)]
+    # every channel of the graph is found from its resource: the event stream, the channel document
+    stream_link = links(head, "https://w3id.org/lucid-hub#eventStream")
+    assert stream_link and hub.http.get(stream_link[0], timeout=30).status_code == 200
+    channels = hub.http.get(links(head, "https://w3id.org/lucid-hub#channels")[0], timeout=30).json()
+    assert {"ldes", "ldn-inbox", "websub", "patch-events"} <= {c["kind"] for c in channels["channels"]}
+    # ... and "in its RDF": quad syntaxes state the inbox in the default graph, the data stays apart
+    from rdflib import Dataset
+
+    for syntax, fmt in (("application/trig", "trig"), ("application/n-quads", "nquads")):
+        body = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": syntax}, timeout=30).text
+        data = Dataset().parse(data=body, format=fmt)
+        assert (None, URIRef(LDP + "inbox"), URIRef(inbox_url(hub))) in data.default_graph, syntax
+        assert len(data.graph(URIRef(G))) == 1, syntax  # the graph's one triple, nothing added
+    turtle = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": "text/turtle"}, timeout=30)
+    assert "ldp#inbox" not in turtle.text  # a triple syntax is the graph's triples only
     stream = hub.http.get(f"{hub.url}/streams", params={"graph": G}, headers={"Accept": "text/turtle"}, timeout=30)
     assert (None, URIRef(LDP + "inbox"), URIRef(inbox_url(hub))) in Graph().parse(data=stream.text, format="turtle")
 
@@ -284,3 +300,45 @@ def test_unauthorised_replayed_and_flooding_senders(inbox_hub: RunningHub) -> No
     assert answers[:8] == [201] * 8 and answers[8:] == [429, 429]
     assert stored(hub) == count + 8
     assert post(sender, hub, announce(2)).status_code == 201  # one flooding sender holds up no other
+
+
+def test_offers_and_flags_are_notifications_too(inbox_hub: RunningHub) -> None:
+    hub = inbox_hub
+    sender = partner(hub, "reviewer")
+    offer = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Offer", "actor": "https://p.example/",
+             "object": {"type": "Document", "url": "https://p.example/proposed-change.rq"}, "target": G}
+    flag = {"@context": ["https://www.w3.org/ns/activitystreams", {"ex": "https://p.example/ns#"}], "type": "Flag",
+            "actor": "https://p.example/", "object": "http://ex/a", "content": "wrong value", "ex:severity": "high"}
+    for body in (offer, flag):
+        assert post(sender, hub, body).status_code == 201, body
+    kinds = [n.kinds for n in hub.runtime.inbox.listing(G, None)]
+    assert sorted(kinds) == [("Flag",), ("Offer",)]
+
+
+def test_a_mirror_posts_only_to_an_inbox_on_its_publishers_origin() -> None:
+    """The inbox a publisher names is followed only on the publisher's own origin: the
+    notification carries the mirror's token (callback safety, as for WebSub)."""
+    import http.server
+
+    from lucid_hub.client import HubClient
+
+    elsewhere = "http://127.0.0.2:9/inbox"
+
+    class Publisher(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            self.send_response(200)
+            self.send_header("Link", f'<{elsewhere}>; rel="http://www.w3.org/ns/ldp#inbox"')
+            self.end_headers()
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Publisher)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert HubClient(base).inbox_of(G) is None
+        elsewhere = f"{base}/inbox?graph=x"  # the same origin: followed
+        assert HubClient(base).inbox_of(G) == elsewhere
+    finally:
+        server.shutdown()

@@ -17,8 +17,8 @@ from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import ntriples, statement_quads
 from lucid_hub.rdf.syntax import serialize
-from lucid_hub.resources import inbox_url
 from lucid_hub.store.graphs import check_no_skolem
+from lucid_hub.streams.ldes import LDP, LH, Urls
 from lucid_hub.web.authz import author, authorized_graph, readable_graph, require_graph
 from lucid_hub.web.http import (
     RDF_MEDIA_TYPES,
@@ -52,15 +52,21 @@ def get_graph() -> Response:
     graph = readable_graph()
     version, statements = runtime().publisher.content(graph, request.args.get("version"))
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
-    # Beside WebSub's discovery: where continuous queries over the graph are made (docs/queries.md).
-    subscriptions = f'<{runtime().settings.public_url}/subscriptions>; rel="https://w3id.org/lucid-hub#subscriptions"'
-    # ... and its Linked Data Notifications inbox (docs/streams.md, "Inboxes").
-    inbox = f'<{inbox_url(runtime().settings.public_url, graph)}>; rel="http://www.w3.org/ns/ldp#inbox"'
-    headers = {"ETag": etag(version), "Link": f"{discovery_links(graph)}, {subscriptions}, {inbox}", "Vary": "Accept"}
+    urls = Urls(runtime().settings.public_url, graph)
+    # Beside WebSub's discovery: where continuous queries over the graph are made (docs/queries.md),
+    # its event stream, the document of all its channels, and its LDN inbox (docs/streams.md).
+    links = [discovery_links(graph), f'<{runtime().settings.public_url}/subscriptions>; rel="{LH}subscriptions"',
+             f'<{urls.stream}>; rel="{LH}eventStream"', f'<{urls.channels}>; rel="{LH}channels"',
+             f'<{urls.inbox}>; rel="{LDP}inbox"']
+    headers = {"ETag": etag(version), "Link": ", ".join(links), "Vary": "Accept"}
     none_match = entity_tags("If-None-Match")
     if none_match is not None and none_match.match_weak(version):
         return Response(status=304, headers=headers)
-    return Response(render(graph, statements, media_type), mimetype=media_type, headers=headers)
+    body = render(graph, statements, media_type)
+    if media_type in ("application/trig", "application/n-quads"):  # the inbox "in its RDF" too (LDN §3):
+        # in the default graph, beside the graph's own triples (in their named graph), never among them
+        body += f"<{graph_url(graph)}> <{LDP}inbox> <{urls.inbox}> .\n".encode()
+    return Response(body, mimetype=media_type, headers=headers)
 
 
 def render(graph: str, statements: list[str], media_type: str) -> bytes:
