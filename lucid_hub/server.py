@@ -90,6 +90,11 @@ def _serve_gunicorn(settings: Settings) -> None:
             # gthread accepts at most worker_connections at once (1,000 by default): with more
             # threads than that, event streams took every connection and requests waited.
             self.cfg.set("worker_connections", max(1000, 2 * settings.web_threads))
+            # An idle keep-alive connection is kept longer than the proxies and clients in
+            # front keep theirs (load balancers: 60 s): at gunicorn's 2 s the hub closed
+            # connections just as a client reused them, and the request died with a reset
+            # (an e2e test after a 2 s pause; a load balancer answers that with a 502).
+            self.cfg.set("keepalive", 75)
             self.cfg.set("timeout", 3600)  # bulk publishes run long; liveness is /healthz
             self.cfg.set("graceful_timeout", settings.graceful_timeout)
             self.cfg.set("accesslog", None)  # lucid_hub.access logs requests (routes, not paths)

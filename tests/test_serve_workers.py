@@ -168,3 +168,21 @@ def test_worker_processes_append_each_patch_to_kafka_once_in_chain_order(tmp_pat
         assert seen == chain  # each once, in chain order (one relay: the leader's)
     finally:
         hub.stop()
+
+
+def test_an_idle_keep_alive_connection_outlives_a_pause(tmp_path: Path) -> None:
+    """gunicorn closed idle keep-alive connections after 2 s, so a client (or a load balancer
+    keeping connections for 60 s) that reused one at that moment had its request reset. The
+    hub keeps them 75 s: a connection idle for 3 s still answers."""
+    import http.client
+    import time
+
+    with HubProcess("ACME", tmp_path / "acme") as hub:
+        connection = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=30)
+        connection.request("GET", "/healthz")
+        first = connection.getresponse()
+        assert first.status == 200 and first.read() and not first.will_close
+        time.sleep(3)  # the idle time under test, not a synchronisation
+        connection.request("GET", "/healthz")  # on the same socket: it raises if the hub closed it
+        assert connection.getresponse().status == 200
+        connection.close()
