@@ -161,7 +161,12 @@ def pool_manager(policy: AddressPolicy, **kwargs: Any) -> urllib3.PoolManager:
 class _GuardedAdapter(requests.adapters.HTTPAdapter):
     def __init__(self, policy: AddressPolicy) -> None:
         self.policy = policy
-        super().__init__()
+        # One more try for a read that cannot change anything, and for a request that never
+        # reached the other side: a server that closes an idle keep-alive connection just as
+        # it is reused resets the request (gunicorn closed them after 2 s, decision 113).
+        super().__init__(max_retries=urllib3.util.Retry(
+            total=1, connect=1, read=1, status=0, other=0, redirect=False, backoff_factor=0,
+            allowed_methods=frozenset({"GET", "HEAD", "OPTIONS"}), raise_on_status=False))
 
     def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)

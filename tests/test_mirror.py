@@ -434,3 +434,34 @@ def inbox_size(hub: RunningHub) -> int:
 
     with hub.runtime.db.session() as session:
         return len(list(session.scalars(select(Notification.seq).where(Notification.graph == G))))
+
+
+def test_a_read_whose_connection_the_other_hub_dropped_is_tried_once_more() -> None:
+    """A server that closes a connection just as it is used (an idle keep-alive connection
+    reused at the moment it times out) resets the request; reads to other hubs go out once
+    more (lucid_hub.outbound), writes never do."""
+    import socketserver
+
+    from lucid_hub import outbound
+
+    seen: list[bytes] = []
+
+    class Flaky(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            seen.append(self.request.recv(65536).split(b" ", 1)[0])
+            if len(seen) == 1:
+                return  # closes without an answer
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        http = outbound.session(outbound.AddressPolicy(dev_mode=True, allowed=[]), "test")
+        url = f"http://127.0.0.1:{server.server_address[1]}/patches"
+        assert http.get(url, timeout=10).text == "ok" and seen == [b"GET", b"GET"]
+        seen.clear()
+        with pytest.raises(requests.ConnectionError):
+            http.post(url, data=b"x", timeout=10)
+        assert seen == [b"POST"]
+    finally:
+        server.shutdown()
