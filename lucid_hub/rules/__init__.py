@@ -1,0 +1,1 @@
+"""Event-condition-action rules on the patch stream (docs/rules.md)."""

@@ -1,0 +1,114 @@
+"""Termination of a rule set (RDFTL's analysis, docs/rules.md): the triggering graph — an
+edge from rule A to rule B when A's action can change triples B's event pattern matches —
+and its cycles. A set whose triggering graph has a cycle is refused unless every rule on the
+cycle carries an explicit BOUND; at run time a cascade depth limit stops what escapes.
+
+An edge is drawn exactly when some quad could match both the action's template and the
+event's pattern (the action's bindings are not followed further: an edge that the
+conditions rule out still costs a refusal, which the author answers with a BOUND).
+Webhook and notify actions change no graph: they raise no rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rdflib import Variable
+
+from lucid_hub.rules.language import Pattern, Rule
+
+
+def unify(a: Pattern, b: Pattern) -> bool:
+    """Whether some quad matches both patterns (exact: the positions are unified, a variable
+    standing for one term within its pattern; the two patterns' variables are apart)."""
+    parent: dict[object, object] = {}
+
+    def root(node: object) -> object:
+        while parent.get(node, node) != node:
+            node = parent[node]
+        return node
+
+    def key(side: str, term: object) -> tuple[str, object]:
+        return (side, term) if isinstance(term, Variable) else ("=", term)
+
+    nodes: set[tuple[str, object]] = set()
+    for x, y in zip(a.terms(), b.terms(), strict=True):
+        left, right = key("a", x), key("b", y)
+        nodes |= {left, right}
+        parent[root(left)] = root(right)
+    constants: dict[object, object] = {}  # each class holds one term at most
+    return all(node[0] != "=" or constants.setdefault(root(node), node) == node for node in nodes)
+
+
+def raises(action_rule: Rule, event_rule: Rule) -> bool:
+    """Whether `action_rule`'s action can raise `event_rule`'s event."""
+    if action_rule.action != "update":
+        return False
+    changes = {"INSERT": action_rule.inserts, "DELETE": action_rule.deletes,
+               "UPDATE": (*action_rule.inserts, *action_rule.deletes)}[event_rule.event]
+    return any(unify(c, e) for c in changes for e in event_rule.on)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    edges: tuple[tuple[str, str], ...]  # (raising rule, raised rule)
+    cycles: tuple[tuple[str, ...], ...]  # strongly connected groups that can fire forever
+    unbounded: tuple[tuple[str, ...], ...]  # of those, the ones with a rule without a BOUND
+
+    @property
+    def terminates(self) -> bool:
+        return not self.unbounded
+
+    def explain(self) -> str:
+        lines = [f"triggering graph: {len(self.edges)} edge(s)"]
+        lines += [f"  <{a}> can raise <{b}>" for a, b in self.edges]
+        for group in self.cycles:
+            bounded = group not in self.unbounded
+            lines.append(f"cycle {' -> '.join(f'<{r}>' for r in group)}: "
+                         + ("every rule carries a BOUND: allowed" if bounded else
+                            "refused: the rules can raise each other forever; break the cycle or give every "
+                            "rule on it a BOUND"))
+        return "\n".join(lines)
+
+
+def analyse(rules: list[Rule]) -> Analysis:
+    """The triggering graph of a rule set and its cycles (Tarjan's strongly connected
+    components; a rule that raises itself is a cycle of one)."""
+    names = [r.iri for r in rules]
+    by_name = {r.iri: r for r in rules}
+    edges = tuple((a.iri, b.iri) for a in rules for b in rules if raises(a, b))
+    successors: dict[str, list[str]] = {n: [] for n in names}
+    for a, b in edges:
+        successors[a].append(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[tuple[str, ...]] = []
+
+    def connect(node: str) -> None:  # iterative in spirit: rule sets are small (at most thousands)
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in successors[node]:
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1 or node in successors[node]:
+                groups.append(tuple(sorted(group)))
+
+    for name in names:
+        if name not in index:
+            connect(name)
+    cycles = tuple(sorted(groups))
+    unbounded = tuple(g for g in cycles if any(by_name[r].bound is None for r in g))
+    return Analysis(edges, cycles, unbounded)
