@@ -742,6 +742,36 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+@cli.group()
+def rules() -> None:
+    """Event-condition-action rules (docs/rules.md; storing and firing them is to come)."""
+
+
+@rules.command("explain")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+def rules_explain(file: Path) -> None:
+    """Check a rule file and show its triggering graph: exit 0 when the set terminates, 1
+    with the reason when it is not in the language or can fire forever."""
+    from lucid_hub.rules.analysis import analyse
+    from lucid_hub.rules.language import MAX_RULE_BYTES, parse_rules
+
+    try:
+        if file.stat().st_size > MAX_RULE_BYTES:
+            raise InputTooLargeError(f"{file}: a rule file is at most {MAX_RULE_BYTES:,} bytes")
+        text = file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"{file}: cannot read the rule file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{file}: a rule file is UTF-8 (byte {exc.start} is not)") from None
+    found = parse_rules(text)
+    analysis = analyse(found)
+    click.echo(f"{len(found)} rule(s)")
+    click.echo(analysis.explain())
+    if not analysis.terminates:
+        raise InputError(f"{file}: {len(analysis.unbounded)} cycle(s) without a BOUND on every rule: "
+                         "the set can fire forever")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     try:

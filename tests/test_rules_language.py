@@ -5,6 +5,7 @@ against brute force."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -162,3 +163,23 @@ def test_unify_says_yes_exactly_when_some_quad_matches_both(a: Pattern, b: Patte
     some = any(_matches(a, q) and _matches(b, q) for q in itertools.product(domain, repeat=4))
     assert unify(a, b) == some
     assert unify(b, a) == unify(a, b)
+
+
+def test_the_explain_command(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    good = tmp_path / "good.rules"
+    good.write_text(EXAMPLE)
+    done = run_cli("rules", "explain", good)
+    assert done.code == 0 and "1 rule(s)" in done.out and "0 edge(s)" in done.out
+    looping = tmp_path / "loop.rules"
+    looping.write_text(rule("a", "INSERT { GRAPH <urn:g:a> { ?s <urn:p> ?o } }",
+                            "INSERT { GRAPH <urn:g:a> { ?o <urn:p> ?s } } WHERE {}"))
+    done = run_cli("rules", "explain", looping)
+    assert done.code == 1 and "refused" in done.out and "can fire forever" in done.err
+    for name, body, words in (("bad.rules", b"RULE <urn:r> ON INSERT {", "not closed"),
+                              ("binary.rules", b"\xff\xfe", "UTF-8"),
+                              ("big.rules", b"#" * 70_000, "at most")):
+        (tmp_path / name).write_bytes(body)
+        done = run_cli("rules", "explain", tmp_path / name)
+        assert done.code == 1 and words in done.err and len(done.err.strip().splitlines()) == 1, done.err
+    done = run_cli("rules", "explain", tmp_path / "missing.rules")
+    assert done.code == 1 and "cannot read" in done.err
