@@ -273,8 +273,3 @@ def _template(iri: str, clause: str, prefixes: str, update: str) -> tuple[tuple[
             for graph, triples in (dict.get(part, "quads") or {}).items():
                 out.extend(Pattern(graph, *t) for t in triples)
     return tuple(inserts), tuple(deletes)
-
-
-def is_fixed(term: Node) -> bool:
-    return not isinstance(term, Variable)
-
