@@ -81,6 +81,12 @@ class Settings:
     # may post a minute (per process).
     inbox_max_bytes: int = 64 * 1024
     inbox_rate: int = 60
+    # Rules (docs/rules.md): the deepest cascade of immediate rules (beyond it the cascade is
+    # rolled back); seconds one rule's evaluation for one patch may take; attempts of a
+    # failing deferred firing before it is recorded as failed and passed over.
+    rules_max_depth: int = 16
+    rules_budget: float = 5.0
+    rules_max_attempts: int = 5
     # Format of the patches this hub makes (docs/patch-format.md): 2, or 1 while partners still
     # run a release that reads format 1 only. Either reads both.
     patch_format: int = 2
@@ -234,6 +240,8 @@ class Settings:
             raise ConfigError("LUCID_STREAM_PAGE_MEMBERS and LUCID_STREAM_GRAPHS must be positive")
         if min(self.inbox_max_bytes, self.inbox_rate) < 1:
             raise ConfigError("LUCID_INBOX_MAX_BYTES and LUCID_INBOX_RATE must be positive")
+        if min(self.rules_max_depth, self.rules_max_attempts) < 1 or self.rules_budget <= 0:
+            raise ConfigError("LUCID_RULES_MAX_DEPTH, _BUDGET and _MAX_ATTEMPTS must be positive")
         if self.patch_format not in (1, 2):
             raise ConfigError("LUCID_PATCH_FORMAT must be 1 or 2")
         if self.auth_rate_limit < 1:

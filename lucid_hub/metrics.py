@@ -74,6 +74,15 @@ class Metrics:
         self.http_seconds = Histogram(
             "lucid_http_request_seconds", "Time to answer an HTTP request, by route.", ["route"],
             buckets=_LATENCY, registry=r)
+        self.rule_firings = Counter(
+            "lucid_rule_firings", "Rules that fired (their condition held), by outcome: patched, unchanged, sent, "
+            "failed, stopped (cascade depth limit), skipped (owner lost access), rolled-back (patches undone).",
+            ["outcome"], registry=r)
+        self.rule_seconds = Histogram(
+            "lucid_rule_seconds", "Time to evaluate one rule's event, condition and action for one patch.",
+            buckets=_LATENCY, registry=r)
+        for outcome in ("patched", "failed", "rolled-back"):
+            self.rule_firings.labels(outcome)
         for outcome in DELIVERY_OUTCOMES:  # present from the start, so rates work from the first scrape
             self.deliveries.labels(outcome)
         for origin in ("published", "mirrored"):

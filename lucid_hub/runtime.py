@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from lucid_hub.archive import Archive
@@ -27,6 +28,7 @@ from lucid_hub.queries import QueryService
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.resources import notification_url
+from lucid_hub.rules.engine import RuleEngine
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
 from lucid_hub.store.sparql import SparqlGuard
@@ -60,10 +62,26 @@ class Runtime:
     windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start() ran
     streams: StreamIndex  # the graphs' event streams (LDES), built from the archive when read
     inbox: Inbox  # the graphs' Linked Data Notifications inboxes
+    rules: RuleEngine  # event-condition-action rules; deferred ones run (in the leader) once rules.start() ran
     # The process with the first store copy: it alone runs the mirrors' maintenance, the
     # relay to Kafka and the metrics port (one `serve` process: always the leader).
     leader: bool = True
     metrics_listener: WSGIServer | None = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
+
+    def _wire_rules(self) -> None:
+        """The rule engine and the publisher call each other: the publisher locks what a
+        cascade can write and lets the engine react to each archived patch."""
+        rules = self.rules
+        rules.publisher = self.publisher
+        rules.allows = self.policies.allows
+        rules.read_only = self.publisher.read_only
+        rules.callback_prefixes = self._callback_prefixes
+        self.publisher.locks_for = rules.locks_for
+        self.publisher.react = rules.on_patch
+
+    def _callback_prefixes(self, owner: Any) -> list[str]:
+        client = self.clients.get(owner.endpoint_id)
+        return list(client.callback_prefixes) if client is not None else []
 
     def start_metrics_listener(self) -> None:
         """/metrics on LUCID_METRICS_PORT, apart from the API port (see web.ops.metrics)."""
@@ -130,8 +148,10 @@ class Runtime:
                       Inbox(db, lambda ident: notification_url(settings.public_url, ident),
                             max_bytes=settings.inbox_max_bytes, per_minute=settings.inbox_rate,
                             poll=stream.poll),
+                      RuleEngine(settings, db, archive, store, canonicalizer, metrics, key, leader=slot == 0),
                       leader=slot == 0)
         runtime.windows.on_written = runtime.queries.notify_channels  # WebSockets observe both
+        runtime._wire_rules()
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         try:
@@ -148,6 +168,7 @@ class Runtime:
             self.metrics_listener.shutdown()
             self.metrics_listener.server_close()
         self.mirrors.stop()
+        self.rules.stop()
         self.windows.stop()
         self.queries.stop()
         self.delivery.stop()

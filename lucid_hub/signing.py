@@ -7,6 +7,7 @@ a JWKS. A key ring keeps retired keys so that patches signed before a rotation v
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import warnings
@@ -87,6 +88,14 @@ def sign_patch(patch: Patch, key: SigningKey) -> Patch:
         {"alg": ALGORITHM, "kid": key.kid}, patch.id.encode(), key.key, algorithms=[ALGORITHM]
     )
     return patch.with_signature(str(jws.detach_content(token)))
+
+
+def sign_text(body: bytes, key: SigningKey) -> str:
+    """A detached compact JWS (`h..s`) over `sha256:HEX` of `body`: what a webhook's receiver
+    verifies with the hub's JWKS (TrustedKeys.verify with that payload)."""
+    payload = "sha256:" + hashlib.sha256(body).hexdigest()
+    token = jws.serialize_compact({"alg": ALGORITHM, "kid": key.kid}, payload.encode(), key.key, algorithms=[ALGORITHM])
+    return str(jws.detach_content(token))
 
 
 class TrustedKeys:

@@ -33,7 +33,7 @@ def test_the_issues_example_parses_into_its_parts() -> None:
         "urn:acme:rules:order-at-risk", 10, "immediate", "each", None, "INSERT")
     assert rule.on == (Pattern(URIRef("https://supplier.example/graphs/deliveries"), Variable("d"),
                                URIRef(EX + "date"), Variable("date")),)
-    assert rule.condition is not None and rule.condition.startswith("ASK {")
+    assert rule.condition is not None and rule.condition.startswith("SELECT * {")
     assert rule.action == "update" and rule.writes == frozenset({str(ORDERS)})
     assert rule.inserts == (Pattern(ORDERS, Variable("o"), URIRef(EX + "status"), URIRef(EX + "AtRisk")),)
 

@@ -323,3 +323,38 @@ class Notification(Base):
     objects: Mapped[str] = mapped_column(Text)  # the activities' objects (IRIs), one per line
     body: Mapped[str] = mapped_column(Text)  # the statements, N-Triples
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RuleFiring(Base):
+    """One rule reacting to one patch (docs/rules.md): the firing history, and for deferred
+    rules the record that makes firing idempotent (one row per rule and triggering patch)."""
+
+    __tablename__ = "rule_firings"
+    __table_args__ = (UniqueConstraint("rule", "trigger", name="uq_rule_firings_rule_trigger"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rule: Mapped[str] = mapped_column(IRI, index=True)
+    trigger: Mapped[str] = mapped_column(PATCH_ID)  # the triggering patch
+    graph: Mapped[str] = mapped_column(IRI)  # its graph
+    coupling: Mapped[str] = mapped_column(String(16))
+    depth: Mapped[int] = mapped_column(Integer)  # 1: fired by a patch no rule made
+    instances: Mapped[int] = mapped_column(Integer)  # the event's instances in the patch
+    kept: Mapped[int] = mapped_column(Integer)  # the groups the condition held for
+    outcome: Mapped[str] = mapped_column(String(32))  # patched, unchanged, not-met, sent, failed, ...
+    reason: Mapped[str] = mapped_column(Text, default="")
+    patches: Mapped[str] = mapped_column(Text, default="")  # the patches the action made, space-separated
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    fired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RuleCursor(Base):
+    """How far a deferred rule has followed its graph's patches (the last one it handled),
+    and when a failing firing is tried again."""
+
+    __tablename__ = "rule_cursors"
+
+    rule: Mapped[str] = mapped_column(IRI, primary_key=True)
+    graph: Mapped[str] = mapped_column(IRI)
+    patch: Mapped[str | None] = mapped_column(PATCH_ID, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # of the next patch, so far
+    retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -57,6 +57,8 @@ RELAY_COALESCE = 0.01
 CAS_ATTEMPTS = 5
 # Files the processes of one hub lock to take turns at changing a graph (graphs share them).
 LOCK_STRIPES = 64
+# Seconds a thread that holds graphs waits for another graph it must lock out of order.
+LATE_LOCK_SECONDS = 10.0
 
 
 class StaleChange(ConflictError):
@@ -174,6 +176,11 @@ class Publisher:
         self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._stripe_files: dict[int, Any] = {}
         self.relay_enabled = relay
+        # Rules (rules/engine.py): the graphs a patch of a graph can make rules write (locked
+        # with it), and the reaction to each archived patch, called under those locks.
+        self.locks_for: Callable[[str], frozenset[str]] = lambda _graph: frozenset()
+        self.react: Callable[[Patch], None] | None = None
+        self._holding = threading.local()  # the graphs (and lock stripes) this thread holds
 
     def _held(self, graph: str) -> Callable[[str], Iterable[int]] | None:
         """For a format-2 patch of `graph`: the occurrences of an MSG its store holds."""
@@ -221,7 +228,7 @@ class Publisher:
         """
         self._check_writable(graph)
         started = time.perf_counter()
-        with self._writing(graph):
+        with self.writing({graph, *self.locks_for(graph)}):
             for attempt in range(CAS_ATTEMPTS):
                 caught_up = attempt > 0
                 head = self.store.version(graph)
@@ -256,9 +263,10 @@ class Publisher:
                     self.store.apply(patch, plan)
                     self.cache.advance(patch)
                 break
-        self.metrics.publish_seconds.observe(time.perf_counter() - started)
-        self._outbox_changed()
-        self._published(patch, "published")
+            self.metrics.publish_seconds.observe(time.perf_counter() - started)
+            self._outbox_changed()
+            self._published(patch, "published")
+            self._react(patch)
         return patch
 
     def publish_all(self, changes: Mapping[str, Callable[[GraphView], GraphChange | None]],
@@ -274,9 +282,7 @@ class Publisher:
             self._check_writable(graph)
         started = time.perf_counter()
         patches: list[tuple[Patch, Plan]] = []
-        with contextlib.ExitStack() as locks:
-            for graph in graphs:
-                locks.enter_context(self._writing(graph))
+        with self.writing({*graphs, *(g for graph in graphs for g in self.locks_for(graph))}):
             for graph in graphs:
                 head = self.store.version(graph)
                 if head != versions[graph]:
@@ -302,10 +308,12 @@ class Publisher:
             for patch, plan in patches:
                 self.store.apply(patch, plan)
                 self.cache.advance(patch)
-        self.metrics.publish_seconds.observe(time.perf_counter() - started)
-        self._outbox_changed()
-        for patch, _plan in patches:
-            self._published(patch, "published")
+            self.metrics.publish_seconds.observe(time.perf_counter() - started)
+            self._outbox_changed()
+            for patch, _plan in patches:
+                self._published(patch, "published")
+            for patch, _plan in patches:
+                self._react(patch)
         return [patch for patch, _plan in patches]
 
     def export(self, graph: str, path: Path) -> str | None:
@@ -381,7 +389,7 @@ class Publisher:
     def _archive_as_is(self, patch: Patch, sync: bool = True, *, origin: str, local: bool = False) -> Patch:
         if patch.signature is None:
             patch = sign_patch(patch, self.key)
-        with self._writing(patch.graph):
+        with self.writing({patch.graph, *self.locks_for(patch.graph)}):
             if sync:
                 self._sync(patch.graph)
             head = self.store.version(patch.graph)
@@ -394,8 +402,9 @@ class Publisher:
                 _crash_point("after-archive-commit", patch.graph)
                 self.store.apply(patch, plan)
                 self.cache.advance(patch)
-        self._outbox_changed()
-        self._published(patch, origin)
+            self._outbox_changed()
+            self._published(patch, origin)
+            self._react(patch)
         return patch
 
     def _published(self, patch: Patch, origin: str) -> None:
@@ -407,6 +416,14 @@ class Publisher:
             self.announce(patch)
         except Exception:  # the stream's failure is its own; the patch is archived
             log.exception("announcing a patch failed")
+
+    def _react(self, patch: Patch) -> None:
+        if self.react is None:
+            return
+        try:
+            self.react(patch)
+        except Exception:  # the rules' failure is their own (recorded there); the patch is archived
+            log.exception("reacting to a patch failed")
 
     def _append(self, patch: Patch, *, local: bool) -> None:
         """Archive the patch and advance the head by compare-and-set (Archive.append)."""
@@ -514,24 +531,47 @@ class Publisher:
             self.archive.drop_outbox(present)
 
     @contextlib.contextmanager
-    def _writing(self, graph: str) -> Iterator[None]:
-        """While a change of `graph` is computed and archived: this process's lock of it, and,
-        when several processes of the hub share the data directory, a file lock they all take,
+    def writing(self, graphs: Iterable[str]) -> Iterator[None]:
+        """While changes of `graphs` are computed and archived: this process's lock of each, and,
+        when several processes of the hub share the data directory, file locks they all take,
         so that they take turns instead of racing: the compare-and-set then loses only to
         another host (two processes racing on one graph starved the loser: the one whose
-        store was current kept winning while the other caught up)."""
-        with self._lock(graph):
-            if self.lock_dir is None:
-                yield
-                return
-            stripe = int.from_bytes(hashlib.sha256(graph.encode()).digest()[:4], "big") % LOCK_STRIPES
-            with self._stripe_locks[stripe]:  # a file lock is the process's: threads need their own
-                handle = self._stripe_files.get(stripe)
-                if handle is None:
-                    self.lock_dir.mkdir(parents=True, exist_ok=True)
-                    handle = self._stripe_files[stripe] = (self.lock_dir / f"graph-{stripe:02d}.lock").open("a")
-                with exclusive(handle):
-                    yield
+        store was current kept winning while the other caught up).
+
+        Graphs are locked in IRI order (and lock stripes in stripe order), so two changes of
+        several graphs never wait for each other. A thread may nest: what it holds already it
+        does not take again (a rule's patch is published inside its trigger's publish); a graph
+        it must take out of order it waits for at most LATE_LOCK_SECONDS (409 after)."""
+        held: set[str] = self._thread_set("graphs")
+        stripes_held: set[int] = self._thread_set("stripes")
+        new = sorted(set(graphs) - held)
+        late = bool(held) and bool(new)
+        with contextlib.ExitStack() as stack:
+            for graph in new:
+                lock = self._lock(graph)
+                if not lock.acquire(timeout=LATE_LOCK_SECONDS if late else -1):
+                    raise ConflictError(f"<{graph}> stayed locked by another change for {LATE_LOCK_SECONDS:g} s")
+                stack.callback(lock.release)
+            if self.lock_dir is not None:
+                for stripe in sorted({_stripe(g) for g in new} - stripes_held):
+                    stack.enter_context(self._stripe_locks[stripe])  # a file lock is the process's
+                    handle = self._stripe_files.get(stripe)
+                    if handle is None:
+                        self.lock_dir.mkdir(parents=True, exist_ok=True)
+                        handle = self._stripe_files[stripe] = (self.lock_dir / f"graph-{stripe:02d}.lock").open("a")
+                    stack.enter_context(exclusive(handle))
+                    stripes_held.add(stripe)
+                    stack.callback(stripes_held.discard, stripe)
+            held.update(new)
+            stack.callback(held.difference_update, new)
+            yield
+
+    def _thread_set(self, name: str) -> set[Any]:
+        found: set[Any] | None = getattr(self._holding, name, None)
+        if found is None:
+            found = set()
+            setattr(self._holding, name, found)
+        return found
 
     def _lock(self, graph: str) -> threading.Lock:
         with self._locks_guard:
@@ -539,6 +579,10 @@ class Publisher:
             if lock is None:
                 lock = self._locks[graph] = threading.Lock()
             return lock
+
+
+def _stripe(graph: str) -> int:
+    return int.from_bytes(hashlib.sha256(graph.encode()).digest()[:4], "big") % LOCK_STRIPES
 
 
 def _archiving(patch: Patch) -> Archiving:

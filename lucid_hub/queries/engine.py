@@ -61,6 +61,8 @@ class QueryEngine:
     """The worker process and the state it must hold; one caller at a time (the service's
     thread, or a subscribing request holding `lock`)."""
 
+    worker_target = WORKER  # the guard's entry point (the rules' worker extends this one)
+
     def __init__(self, store: GraphStore, memory_mb: int, budget: float, max_result_bytes: int) -> None:
         self.store = store
         self.memory_mb = memory_mb
@@ -89,12 +91,16 @@ class QueryEngine:
 
     def _start(self) -> None:
         """A new worker, given every graph and registration the last one held."""
-        self._worker = GuardProcess(WORKER, self.memory_mb, {"LUCID_GUARD_NO_NETWORK": "1"})
+        self._worker = GuardProcess(self.worker_target, self.memory_mb, {"LUCID_GUARD_NO_NETWORK": "1"})
         graphs, self._graphs = list(self._graphs), {}
         for graph in graphs:
             # Keeps the generation it was loaded at before: subscriptions were evaluated on
             # that, and a queued change must not look stale to them (it reloads instead).
             self._load(graph, stamp=False)
+        self._restore()
+
+    def _restore(self) -> None:
+        """Register again, in a new worker, what the last one held."""
         for sid, (text, readable, default, named) in list(self._registered.items()):
             self._call({"op": "register", "id": sid, "readable": readable, "default": default, "named": named},
                        text.encode())

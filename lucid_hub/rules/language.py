@@ -222,7 +222,8 @@ def _event(iri: str, prefixes: str, text: str) -> tuple[str, tuple[Pattern, ...]
 
 
 def _condition(iri: str, prefixes: str, text: str) -> str:
-    query = text if text.upper().startswith("ASK") or text.upper().startswith("SELECT") else f"ASK {text}"
+    # A group pattern is read as SELECT *: its variables are bound in the action (an ASK binds none).
+    query = text if text.upper().startswith("ASK") or text.upper().startswith("SELECT") else f"SELECT * {text}"
     try:
         prepareQuery(prefixes + query)
     except Exception as exc:  # rdflib raises pyparsing's and its own errors: all mean "not SPARQL"

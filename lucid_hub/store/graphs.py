@@ -324,6 +324,12 @@ class GraphStore:
         dataset = graphs or [ox.NamedNode(f"{RESERVED_PREFIX}no-graph")]
         return self._store.query(query, default_graph=dataset, named_graphs=dataset)
 
+    def published(self, graph: str, statements: list[str]) -> list[str]:
+        """Statements as the store holds them (typed literals in value form) as the graph's
+        patches wrote them (their recorded lexical forms, lexical.py)."""
+        recorded = lexical.records(self._store, graph)
+        return list(lexical.expand_all(statements, recorded)) if recorded else list(statements)
+
     def contains(self, graph: str, statement: str) -> bool:
         """Whether the graph holds this ground triple (given as a canonical statement)."""
         if lexical.typed(statement):
