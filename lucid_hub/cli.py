@@ -18,7 +18,7 @@ import pyoxigraph as ox
 from lucid_hub import __version__
 from lucid_hub.config import Settings
 from lucid_hub.diff import DiffEngine
-from lucid_hub.errors import InputError, InputTooLargeError, LucidError
+from lucid_hub.errors import InputError, InputTooLargeError, LucidError, RemoteRefusedError, RemoteUnreachableError
 from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import check_patch_id
@@ -744,7 +744,133 @@ def _one_line(text: str) -> str:
 
 @cli.group()
 def rules() -> None:
-    """Event-condition-action rules (docs/rules.md; storing and firing them is to come)."""
+    """Event-condition-action rules (docs/rules.md). On this hub's data directory, or on a
+    running hub with --hub URL and a token that may write the rules' graphs (or admin)."""
+
+
+def _rule_file(file: Path) -> str:
+    from lucid_hub.rules.language import MAX_RULE_BYTES
+
+    try:
+        if file.stat().st_size > MAX_RULE_BYTES:
+            raise InputTooLargeError(f"{file}: a rule file is at most {MAX_RULE_BYTES:,} bytes")
+        return file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"{file}: cannot read the rule file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{file}: a rule file is UTF-8 (byte {exc.start} is not)") from None
+
+
+@contextmanager
+def _runtime(state: _Context) -> Iterator[Any]:
+    from lucid_hub.runtime import Runtime
+
+    rt = Runtime.open(state.settings)
+    try:
+        yield rt
+    finally:
+        rt.close()
+
+
+def _remote(hub_url: str, token: str | None, method: str, path: str, **kwargs: Any) -> Any:
+    """A call to a running hub's rules API; its JSON (None for 204). One line on failure."""
+    import requests
+
+    if not token:
+        raise InputError("--hub needs --token (or LUCID_HUB_TOKEN): an access token that may write the rules' "
+                         "graphs, or an admin's")
+    try:
+        answer = requests.request(method, hub_url.rstrip("/") + path, timeout=60,
+                                  headers={"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}, **kwargs)
+    except requests.RequestException as exc:
+        raise RemoteUnreachableError(f"{hub_url}: {type(exc).__name__}") from None
+    if answer.status_code >= 400:
+        try:
+            detail = answer.json().get("detail") or answer.text
+        except ValueError:
+            detail = answer.text
+        raise RemoteRefusedError(f"{hub_url} answered {answer.status_code}: {_one_line(str(detail))[:500]}",
+                                 answer.status_code)
+    return answer.json() if answer.content else None
+
+
+_hub_option = click.option("--hub", "hub_url", help="A running hub's URL (else: this data directory).")
+_token_option = click.option("--token", envvar="LUCID_HUB_TOKEN", help="Access token for --hub (or LUCID_HUB_TOKEN).")
+
+
+@rules.command("add")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@_hub_option
+@_token_option
+@pass_ctx
+def rules_add(state: _Context, file: Path, hub_url: str | None, token: str | None) -> None:
+    """Add the rules of a file (a rule with an IRI already there is replaced); refused with the
+    reason when a rule is not in the language, may not be defined, or the set can fire forever."""
+    import json
+
+    text = _rule_file(file)
+    if hub_url:
+        added = _remote(hub_url, token, "POST", "/rules", data=text.encode(),
+                        headers={"Content-Type": "text/plain; charset=utf-8"})["rules"]
+    else:
+        from lucid_hub.rules.engine import OPERATOR
+
+        with _runtime(state) as rt:
+            added = [r.describe() for r in rt.rules.add(text, OPERATOR, f"operator (rules add {file.name})")]
+    click.echo(json.dumps({"added": [r["iri"] for r in added]}, indent=2))
+
+
+@rules.command("list")
+@_hub_option
+@_token_option
+@pass_ctx
+def rules_list(state: _Context, hub_url: str | None, token: str | None) -> None:
+    """The rules as JSON (IRI, priority, coupling, event graph, action, owner)."""
+    import json
+
+    if hub_url:
+        found = _remote(hub_url, token, "GET", "/rules")["rules"]
+    else:
+        with _runtime(state) as rt:
+            found = [r.describe() for r in rt.rules.rules()]
+    click.echo(json.dumps([{k: v for k, v in r.items() if k != "text"} for r in found], indent=2))
+
+
+@rules.command("show")
+@click.argument("iri")
+@_hub_option
+@_token_option
+@pass_ctx
+def rules_show(state: _Context, iri: str, hub_url: str | None, token: str | None) -> None:
+    """A rule's text, and its recent firings (as JSON)."""
+    import json
+
+    if hub_url:
+        rule = _remote(hub_url, token, "GET", "/rules", params={"iri": iri})
+        history = _remote(hub_url, token, "GET", "/rules/firings", params={"rule": iri, "limit": 20})["firings"]
+    else:
+        with _runtime(state) as rt:
+            rule = rt.rules.get(iri).describe()
+            history = rt.rules.history(iri, 20)
+    click.echo(rule["text"].rstrip())
+    click.echo(json.dumps({"firings": history}, indent=2))
+
+
+@rules.command("remove")
+@click.argument("iri")
+@_hub_option
+@_token_option
+@pass_ctx
+def rules_remove(state: _Context, iri: str, hub_url: str | None, token: str | None) -> None:
+    """Remove a rule (a signed patch of the rules graph, like every change)."""
+    if hub_url:
+        _remote(hub_url, token, "DELETE", "/rules", params={"iri": iri})
+    else:
+        from lucid_hub.rules.engine import OPERATOR
+
+        with _runtime(state) as rt:
+            rt.rules.remove(iri, OPERATOR, "operator (rules remove)")
+    click.echo(f"removed <{iri}>")
 
 
 @rules.command("explain")
@@ -753,23 +879,40 @@ def rules_explain(file: Path) -> None:
     """Check a rule file and show its triggering graph: exit 0 when the set terminates, 1
     with the reason when it is not in the language or can fire forever."""
     from lucid_hub.rules.analysis import analyse
-    from lucid_hub.rules.language import MAX_RULE_BYTES, parse_rules
+    from lucid_hub.rules.language import parse_rules
 
-    try:
-        if file.stat().st_size > MAX_RULE_BYTES:
-            raise InputTooLargeError(f"{file}: a rule file is at most {MAX_RULE_BYTES:,} bytes")
-        text = file.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise InputError(f"{file}: cannot read the rule file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{file}: a rule file is UTF-8 (byte {exc.start} is not)") from None
-    found = parse_rules(text)
+    found = parse_rules(_rule_file(file))
     analysis = analyse(found)
     click.echo(f"{len(found)} rule(s)")
     click.echo(analysis.explain())
     if not analysis.terminates:
         raise InputError(f"{file}: {len(analysis.unbounded)} cycle(s) without a BOUND on every rule: "
                          "the set can fire forever")
+
+
+@rules.command("test")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--patch", "patch_file", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="An RDF Patch (A/D lines) of one graph: the change to try the rules on.")
+@click.option("--graph", help="The patch's graph (when the patch does not name it with H graph).")
+@pass_ctx
+def rules_test(state: _Context, file: Path, patch_file: Path, graph: str | None) -> None:
+    """Run the rules of FILE on a patch, against this hub's graphs as they are, writing
+    nothing: prints each firing as a JSON line (rule, depth, instances, kept, edits or rows)."""
+    import json
+
+    from lucid_hub.rdf.rdfpatch import parse_rdf_patch
+
+    raw = _read_limited(patch_file, state.settings.max_body_bytes, "the patch")
+    doc = parse_rdf_patch(raw, state.canonicalizer, graph=graph)
+    target = graph or doc.iri("graph")
+    if not target:
+        raise InputError(f"{patch_file}: name the patch's graph with --graph (or H graph <iri> in the patch)")
+    removed = [s for m in doc.removed for s in m.statements]
+    added = [s for m in doc.added for s in m.statements]
+    with _runtime(state) as rt:
+        for firing in rt.rules.simulate(_rule_file(file), target, removed, added):
+            click.echo(json.dumps(firing, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:

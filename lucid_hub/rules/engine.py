@@ -193,6 +193,12 @@ class RulesReplica(QueryEngine):
             result: dict[str, Any] = json.loads(answer.body)
             return result
 
+    def change(self, graph: str, removed: list[str], added: list[str]) -> None:
+        """Change a held graph without the store (a dry run's hypothetical patches)."""
+        with self.lock:
+            self._call({"op": "change", "graph": graph, "candidates": []},
+                       json.dumps({"removed": removed, "added": added}).encode())
+
     def version(self, graph: str) -> str | None:
         return self._graphs.get(graph)
 
@@ -229,6 +235,7 @@ class _Cascade:
     patches: list[Patch] = field(default_factory=list)  # the rules' patches, in commit order
     firings: list[Firing] = field(default_factory=list)
     fired: Counter[str] = field(default_factory=Counter)  # per rule, for BOUND
+    failure: LucidError | None = None  # a failure deeper in the cascade (raised where it returns)
 
 
 class RuleEngine:
@@ -261,6 +268,7 @@ class RuleEngine:
         self._checked = 0.0
         self._refresh_lock = threading.RLock()
         self._edit_lock = threading.Lock()
+        self._deferred_lock = threading.Lock()
         self._pending: list[StoreChange] = []
         self._pending_lock = threading.Lock()
         self._local = threading.local()
@@ -335,6 +343,11 @@ class RuleEngine:
         if self.leader:
             self._start_cursors(self._deferred)
         self._wake.set()
+
+    @property
+    def version(self) -> str | None:
+        """The rules graph's version this process holds."""
+        return self._head
 
     def rules(self) -> list[Registered]:
         self.refresh()
@@ -470,12 +483,17 @@ class RuleEngine:
             return
         if self._deferred:
             self._wake.set()
+        cascade: _Cascade | None = getattr(self._local, "cascade", None)
+        if cascade is not None:  # a rule's own patch, published inside the cascade: it goes on
+            cascade.patches.append(patch)  # (in commit order: what a rollback undoes, newest first)
+            if cascade.failure is None and patch.graph in self._immediate:
+                try:
+                    self._react(patch, cascade, getattr(self._local, "depth", 1))
+                except (RuleFailed, CascadeStopped) as exc:  # the publisher would swallow it: kept
+                    cascade.failure = exc
+            return
         self.refresh()
         if patch.graph not in self._immediate:
-            return
-        cascade: _Cascade | None = getattr(self._local, "cascade", None)
-        if cascade is not None:  # inside a rule's own publish: the cascade goes on
-            self._react(patch, cascade, getattr(self._local, "depth", 1))
             return
         cascade = self._local.cascade = _Cascade(patch)
         try:
@@ -491,6 +509,8 @@ class RuleEngine:
 
     def _react(self, patch: Patch, cascade: _Cascade, depth: int) -> None:
         for reg in self._immediate.get(patch.graph, ()):
+            if cascade.failure is not None:
+                raise cascade.failure
             if not _may_match(reg.rule, patch):
                 continue
             self._fire_immediate(reg, patch, cascade, depth + 1)
@@ -546,8 +566,9 @@ class RuleEngine:
             self._local.depth = outer
         firing.patches = [p.id for p in made]
         firing.outcome = "patched" if made else "unchanged"
-        cascade.patches.extend(made)
         self.metrics.rule_firings.labels(firing.outcome).inc()
+        if cascade.failure is not None:
+            raise cascade.failure
 
     def _store_delta(self, patch: Patch) -> tuple[list[str], list[str]]:
         """The patch's change as the store made it (blank nodes as the store's skolem IRIs, so
@@ -668,6 +689,10 @@ class RuleEngine:
 
     def run_deferred(self, limit: int = 100) -> int:
         """One round of the deferred rules: each handles up to `limit` patches; how many it did."""
+        with self._deferred_lock:  # one round at a time: two would send the same webhook twice
+            return self._run_deferred(limit)
+
+    def _run_deferred(self, limit: int) -> int:
         done = 0
         for reg in list(self._deferred):
             with self.db.session() as session:
@@ -772,6 +797,63 @@ class RuleEngine:
                             .values(attempts=firing.attempts, retry_at=datetime.now(UTC) + timedelta(seconds=delay)))
         log.warning("deferred rule <%s> failed on patch %s (attempt %d), retried in %.0f s: %s", rule,
                     firing.trigger, firing.attempts, delay, firing.reason)
+
+    # --- dry runs ---------------------------------------------------------------------------------
+    def simulate(self, text: str, graph: str, removed: list[str], added: list[str]) -> list[dict[str, Any]]:
+        """What the rules of `text` would do if a patch of `graph` removed and added these
+        statements now: each firing (depth first, priority order, as immediate rules fire;
+        deferred rules and webhooks on the trigger after the cascade). Nothing is written: a
+        worker of its own holds copies of the graphs."""
+        parsed = self.parse(text)
+        analysis = analyse([rule for rule, _reads, _text in parsed])
+        if not analysis.terminates:
+            raise RuleSyntaxError("the rule set can fire forever: " + analysis.explain().replace("\n", "; "))
+        regs = sorted((Registered(rule, reads, OPERATOR, body) for rule, reads, body in parsed), key=lambda r: r.order)
+        for reg in regs:
+            _check_shape(reg.rule)
+        replica = RulesReplica(self.store, self.settings.query_memory_mb, self.settings.rules_budget)
+        out: list[dict[str, Any]] = []
+        fired: Counter[str] = Counter()
+
+        def fire(reg: Registered, on: str, gone: list[str], came: list[str], depth: int) -> dict[str, Any]:
+            try:
+                answer = replica.fire(reg.rule.iri, on, gone, came)
+            except (Refusal, BudgetExceeded) as exc:
+                answer = {"instances": 0, "kept": 0, "edits": {}, "rows": [], "failed": str(exc)}
+            entry = {"rule": reg.rule.iri, "graph": on, "depth": depth, **answer}
+            if answer["instances"]:
+                out.append(entry)
+            return answer
+
+        def react(on: str, gone: list[str], came: list[str], depth: int) -> None:
+            for reg in regs:
+                if reg.rule.coupling != "immediate" or reg.rule.action != "update" or reg.graph != on:
+                    continue
+                if depth > self.max_depth:
+                    out.append({"rule": reg.rule.iri, "graph": on, "depth": depth, "stopped":
+                                f"cascade deeper than {self.max_depth} (LUCID_RULES_MAX_DEPTH)"})
+                    return
+                if reg.rule.bound is not None and fired[reg.rule.iri] >= reg.rule.bound:
+                    continue
+                answer = fire(reg, on, gone, came, depth)
+                if answer["kept"]:
+                    fired[reg.rule.iri] += 1
+                for target, edit in answer["edits"].items():
+                    replica.change(target, edit["removed"], edit["added"])
+                    react(target, edit["removed"], edit["added"], depth + 1)
+
+        try:
+            for reg in regs:
+                replica.register(reg.rule.iri, reg.text, list(reg.reads))
+            replica.ensure({g for reg in regs for g in reg.reads} | {graph})
+            replica.change(graph, removed, added)
+            react(graph, removed, added, 1)
+            for reg in regs:
+                if reg.graph == graph and not (reg.rule.coupling == "immediate" and reg.rule.action == "update"):
+                    fire(reg, graph, removed, added, 1)
+        finally:
+            replica.close()
+        return out
 
     # --- history ---------------------------------------------------------------------------------
     def history(self, rule: str | None = None, limit: int = 100) -> list[dict[str, Any]]:

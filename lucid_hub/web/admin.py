@@ -20,6 +20,7 @@ from lucid_hub.policy.engine import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
 from lucid_hub.resources import notification_url
 from lucid_hub.signing import write_private
+from lucid_hub.web import rules
 from lucid_hub.web.authz import author, require_scope
 from lucid_hub.web.http import graph_param, json_object_body, negotiate, request_address, runtime
 
@@ -143,6 +144,9 @@ def explain_api() -> Response:
 @api.get("/history")
 def history() -> Response:
     return jsonify({"graph": "urn:lucid-hub:policies", "changes": runtime().policies.history()})
+
+
+rules.register(api, "/rules")  # the same as /rules, for admins: every rule
 
 
 @api.get("/clients")

@@ -16,6 +16,7 @@ from lucid_hub.web import (
     oauth,
     ops,
     queries,
+    rules,
     sparql,
     streams,
     websub,
@@ -42,12 +43,13 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
         app.extensions["lucid"].mirrors.start()
         app.extensions["lucid"].queries.start()
         app.extensions["lucid"].windows.start()
+        app.extensions["lucid"].rules.start()
         app.extensions["lucid"].start_metrics_listener()
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
                       admin.api, admin.ui, websub.blueprint, mirrors.blueprint, queries.blueprint, queries.sockets,
-                      windows.blueprint, streams.blueprint, inbox.blueprint):
+                      windows.blueprint, streams.blueprint, inbox.blueprint, rules.blueprint):
         app.register_blueprint(blueprint)
     queries.sock.init_app(app)
     return app
