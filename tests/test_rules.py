@@ -376,3 +376,63 @@ def test_rule_commands_on_the_data_directory(tmp_path: Path, run_cli) -> None:  
     assert code == 1 and err.count("\n") == 1 and "names no graph" in err
     code, out, err = _cli(run_cli, "rules", "list", "--hub", "http://127.0.0.1:9", env=env)
     assert code == 1 and "--token" in err
+
+
+# --- across companies: a rule on hub B reacts to hub A's patch; C mirrors B's result ----------
+
+DEV = {"LUCID_DEV_MODE": "1", "LUCID_LEASE_MIN": "120"}
+
+
+def mirror_graph(publisher: RunningHub, partner: RunningHub, graph: str, name: str) -> None:
+    """`partner` mirrors `graph` of `publisher` (a client there, a condition letting it read)."""
+    record, secret = publisher.runtime.clients.create(
+        f"{name} hub", groups=[f"partner-{name}"], scopes=["hub:subscribe", "graphs:read"],
+        callback_prefixes=[f"{partner.url}/callback/"])
+    body = {"iri": f"urn:c:{name}-reads", "requiresGroup": [f"partner-{name}"], "readGraph": [graph]}
+    assert publisher.http.post(f"{publisher.url}/admin/conditions", json=body, timeout=30).status_code == 201
+    answer = partner.http.post(f"{partner.url}/admin/mirrors", timeout=30, json={
+        "hub": f"{publisher.url}/hub", "graph": graph, "client_id": record.client_id, "client_secret": secret})
+    assert answer.status_code == 201, answer.text
+
+
+def until(what: Any, timeout: float = 30) -> None:
+    """Until `what` holds, looked at every 50 ms (a condition on another hub, not a sleep)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_a_partners_patch_fires_our_rule_and_its_patch_reaches_our_customer(tmp_path: Path) -> None:
+    from lucid_hub.signing import verify_patch_bytes
+
+    with running_hub(tmp_path / "a", f"sqlite:///{tmp_path / 'a.db'}", DEV) as supplier, \
+            running_hub(tmp_path / "b", f"sqlite:///{tmp_path / 'b.db'}", DEV) as acme, \
+            running_hub(tmp_path / "c", f"sqlite:///{tmp_path / 'c.db'}", DEV) as customer:
+        put(supplier, DELIVERIES, f"<{EX}d9> <{EX}date> {date('2026-01-01')} .\n")
+        put(acme, ORDERS, ORDERS_NT)
+        mirror_graph(supplier, acme, DELIVERIES, "acme")
+        mirror_graph(acme, customer, ORDERS, "customer")
+        until(lambda: acme.runtime.archive.current_head(DELIVERIES) == supplier.runtime.archive.head(DELIVERIES))
+        until(lambda: customer.runtime.archive.current_head(ORDERS) == acme.runtime.archive.head(ORDERS))
+        # a rule may react to the mirror, never write it
+        into_mirror = AT_RISK.replace(f"GRAPH <{ORDERS}> {{ ?o ex:status", f"GRAPH <{DELIVERIES}> {{ ?o ex:status")
+        refused = acme.http.post(f"{acme.url}/rules", data=into_mirror.encode(), headers=TEXT, timeout=30)
+        assert refused.status_code == 403 and "mirror" in refused.text
+        add_rules(acme, AT_RISK)
+        trigger = post(supplier, DELIVERIES, f"<{EX}d1> <{EX}date> {date('2026-01-09')} .\n")
+        until(lambda: any(f["trigger"] == trigger for f in firings(acme)))
+        (firing,) = [f for f in firings(acme) if f["trigger"] == trigger]
+        assert firing["outcome"] == "patched" and firing["graph"] == DELIVERIES
+        (derived,) = firing["patches"]
+        until(lambda: customer.runtime.archive.current_head(ORDERS) == derived)
+        assert f"<{EX}o1> <{EX}status> <{EX}AtRisk>" in statements(customer, ORDERS)
+        # every hop verifies: A's patch at B with A's keys, B's patch at C with B's keys, and
+        # the derived patch names the partner's patch that caused it
+        a_keys, b_keys = TrustedKeys(supplier.runtime.keys.jwks()), TrustedKeys(acme.runtime.keys.jwks())
+        (at_b,) = [r for r in acme.runtime.archive.history(DELIVERIES) if r.id == trigger]
+        assert verify_patch_bytes(at_b.body, a_keys, acme.runtime.canonicalizer).id == trigger
+        (at_c,) = [r for r in customer.runtime.archive.history(ORDERS) if r.id == derived]
+        assert verify_patch_bytes(at_c.body, b_keys, customer.runtime.canonicalizer).id == derived
+        assert at_c.author == "rule <urn:acme:rules:order-at-risk>" and trigger in at_c.message

@@ -541,9 +541,11 @@ class RuleEngine:
             self.metrics.rule_firings.labels("failed").inc()
             raise
         firing.instances, firing.kept = answer["instances"], answer["kept"]
-        if not answer["kept"]:
-            firing.outcome = "not-met" if answer["instances"] else "no-match"
+        if not answer["instances"]:  # the first look passed, the event did not match: no history
+            cascade.firings.remove(firing)
             return
+        if not answer["kept"]:
+            return  # not-met
         cascade.fired[rule.iri] += 1
         edits = answer["edits"]
         if not edits:
@@ -721,7 +723,8 @@ class RuleEngine:
                         delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (firing.attempts - 1))
                         self._retry_later(reg.rule.iri, firing, delay)
                         break
-                self._record([firing])
+                if firing.outcome != "no-match":
+                    self._record([firing])
                 self._advance(reg.rule.iri, record.id)
                 attempts = 0
                 done += 1
