@@ -710,6 +710,24 @@ def bench_streams(triples: int, patches: int, clients: str, events: int, rate: f
     run(triples, patches, counts, events, rate, burst, seed)
 
 
+@bench.command("rules")
+@click.option("--rules", "counts", default="10,100,1000", show_default=True,
+              help="Comma-separated counts of non-matching rules (the set grows through them).")
+@click.option("--publishes", default=500, show_default=True, help="Small patches published per run.")
+@click.option("--patches", default=20, show_default=True,
+              help="Partner patches in the across-companies run (three hub processes; 0: skip).")
+@click.option("--rate", default=2.0, show_default=True, help="Partner patches per second.")
+def bench_rules(counts: str, publishes: int, patches: int, rate: float) -> None:
+    """Rules: added publish latency and throughput with 0-1,000 rules (one matching immediate
+    rule, the rest not matching), and partner patch -> derived patch at a third hub."""
+    from lucid_hub.tools.bench.rules import run
+
+    numbers = sorted(_counts(counts, "--rules"))
+    if any(n < 1 for n in numbers) or publishes < 2 or patches < 0 or rate <= 0:
+        raise InputError("--rules and --rate must be positive, --publishes at least 2, --patches at least 0")
+    run(numbers, publishes, patches, rate)
+
+
 @bench.command("diff")
 @click.option("--sizes", default="1000000,10000000", show_default=True,
               help="Comma-separated snapshot sizes in triples; the scaling factor is last / first.")

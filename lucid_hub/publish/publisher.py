@@ -12,6 +12,7 @@ outbox again; the log ignores a patch id it already holds (SQL) or consumers dro
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -32,7 +33,6 @@ from lucid_hub.errors import (
     PatchSignatureError,
     PreconditionFailedError,
 )
-from lucid_hub.locks import exclusive
 from lucid_hub.log import LogRecord, PatchLog
 from lucid_hub.metrics import Metrics
 from lucid_hub.rdf.apply import GraphReplica, apply_to_msgs
@@ -176,11 +176,13 @@ class Publisher:
         self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._stripe_files: dict[int, Any] = {}
         self.relay_enabled = relay
-        # Rules (rules/engine.py): the graphs a patch of a graph can make rules write (locked
-        # with it), and the reaction to each archived patch, called under those locks.
+        # Rules (rules/engine.py): the graphs a patch of a graph can make rules write, with the
+        # graph itself (empty: none), locked with it; and the reaction to each archived patch,
+        # called under those locks.
         self.locks_for: Callable[[str], frozenset[str]] = lambda _graph: frozenset()
         self.react: Callable[[Patch], None] | None = None
         self._holding = threading.local()  # the graphs (and lock stripes) this thread holds
+        self._lock_plans: dict[frozenset[str], tuple[tuple[str, ...], list[threading.Lock]]] = {}
 
     def _held(self, graph: str) -> Callable[[str], Iterable[int]] | None:
         """For a format-2 patch of `graph`: the occurrences of an MSG its store holds."""
@@ -228,7 +230,7 @@ class Publisher:
         """
         self._check_writable(graph)
         started = time.perf_counter()
-        with self.writing({graph, *self.locks_for(graph)}):
+        with self.writing(self._lock_set(graph)):
             for attempt in range(CAS_ATTEMPTS):
                 caught_up = attempt > 0
                 head = self.store.version(graph)
@@ -389,7 +391,7 @@ class Publisher:
     def _archive_as_is(self, patch: Patch, sync: bool = True, *, origin: str, local: bool = False) -> Patch:
         if patch.signature is None:
             patch = sign_patch(patch, self.key)
-        with self.writing({patch.graph, *self.locks_for(patch.graph)}):
+        with self.writing(self._lock_set(patch.graph)):
             if sync:
                 self._sync(patch.graph)
             head = self.store.version(patch.graph)
@@ -544,27 +546,53 @@ class Publisher:
         it must take out of order it waits for at most LATE_LOCK_SECONDS (409 after)."""
         held: set[str] = self._thread_set("graphs")
         stripes_held: set[int] = self._thread_set("stripes")
-        new = sorted(set(graphs) - held)
-        late = bool(held) and bool(new)
-        with contextlib.ExitStack() as stack:
-            for graph in new:
-                lock = self._lock(graph)
+        wanted = frozenset(graphs)
+        late = bool(held) and not wanted <= held
+        if held:
+            new: list[str] | tuple[str, ...] = sorted(wanted - held)
+            locks = [self._lock(graph) for graph in new]
+        else:  # the common case, planned once per set of graphs (a rule set can add a hundred)
+            plan = self._lock_plans.get(wanted)
+            if plan is None:
+                if len(self._lock_plans) > 10_000:
+                    self._lock_plans.clear()
+                new = tuple(sorted(wanted))
+                plan = self._lock_plans[wanted] = (new, [self._lock(graph) for graph in new])
+            new, locks = plan
+        taken: list[Any] = []  # what to release, in order taken (a plain list: ExitStack cost 1 µs a lock)
+        try:
+            for graph, lock in zip(new, locks, strict=True):
                 if not lock.acquire(timeout=LATE_LOCK_SECONDS if late else -1):
                     raise ConflictError(f"<{graph}> stayed locked by another change for {LATE_LOCK_SECONDS:g} s")
-                stack.callback(lock.release)
+                taken.append(lock)
+            stripes: list[int] = []
             if self.lock_dir is not None:
                 for stripe in sorted({_stripe(g) for g in new} - stripes_held):
-                    stack.enter_context(self._stripe_locks[stripe])  # a file lock is the process's
+                    thread_lock = self._stripe_locks[stripe]  # a file lock is the process's: threads need their own
+                    thread_lock.acquire()
+                    taken.append(thread_lock)
                     handle = self._stripe_files.get(stripe)
                     if handle is None:
                         self.lock_dir.mkdir(parents=True, exist_ok=True)
                         handle = self._stripe_files[stripe] = (self.lock_dir / f"graph-{stripe:02d}.lock").open("a")
-                    stack.enter_context(exclusive(handle))
+                    fcntl.flock(handle, fcntl.LOCK_EX)
+                    taken.append(_FileLock(handle))
                     stripes_held.add(stripe)
-                    stack.callback(stripes_held.discard, stripe)
+                    stripes.append(stripe)
             held.update(new)
-            stack.callback(held.difference_update, new)
-            yield
+            try:
+                yield
+            finally:
+                held.difference_update(new)
+                stripes_held.difference_update(stripes)
+        finally:
+            for lock in reversed(taken):
+                lock.release()
+
+    def _lock_set(self, graph: str) -> frozenset[str]:
+        """The graph and those rules can write on a patch of it (`locks_for`, which includes the
+        graph itself when any): the same frozenset each time, so its hash is computed once."""
+        return self.locks_for(graph) or frozenset((graph,))
 
     def _thread_set(self, name: str) -> set[Any]:
         found: set[Any] | None = getattr(self._holding, name, None)
@@ -579,6 +607,16 @@ class Publisher:
             if lock is None:
                 lock = self._locks[graph] = threading.Lock()
             return lock
+
+
+class _FileLock:
+    """A held `flock`, released like a thread lock."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def release(self) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
 
 
 def _stripe(graph: str) -> int:

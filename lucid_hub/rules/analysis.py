@@ -75,7 +75,22 @@ def analyse(rules: list[Rule]) -> Analysis:
     components; a rule that raises itself is a cycle of one)."""
     names = [r.iri for r in rules]
     by_name = {r.iri: r for r in rules}
-    edges = tuple((a.iri, b.iri) for a in rules for b in rules if raises(a, b))
+    # Only rules whose event names a graph the action writes can be raised by it (a variable
+    # graph: any): an index, so that a thousand rules on different graphs are not a million pairs.
+    by_graph: dict[object, list[Rule]] = {}
+    for rule in rules:
+        for graph in {p.graph if not isinstance(p.graph, Variable) else None for p in rule.on}:
+            by_graph.setdefault(graph, []).append(rule)
+    edges_found: set[tuple[str, str]] = set()
+    for raiser in rules:
+        if raiser.action != "update":
+            continue
+        written = {p.graph for p in (*raiser.inserts, *raiser.deletes)}
+        variable = any(isinstance(g, Variable) for g in written)
+        pool = rules if variable else [b for g in (*written, None) for b in by_graph.get(g, ())]
+        edges_found.update((raiser.iri, b.iri) for b in pool if raises(raiser, b))
+    order = {name: i for i, name in enumerate(names)}
+    edges = tuple(sorted(edges_found, key=lambda e: (order[e[0]], order[e[1]])))
     successors: dict[str, list[str]] = {n: [] for n in names}
     for a, b in edges:
         successors[a].append(b)

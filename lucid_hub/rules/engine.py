@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,6 +74,7 @@ WORKER = "lucid_hub.rules.worker:handle"
 REFRESH_SECONDS = 1.0
 BACKOFF_BASE, BACKOFF_MAX = 1.0, 300.0  # seconds between a failing deferred firing's attempts
 HISTORY_LIMIT = 1000
+HISTORY_DELAY = 0.05  # seconds the background writer gathers immediate firings before writing them
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class RulesReplica(QueryEngine):
 
     def __init__(self, store: GraphStore, memory_mb: int, budget: float) -> None:
         super().__init__(store, memory_mb, budget, max_result_bytes=0)
-        self._texts: dict[str, tuple[str, list[str]]] = {}
+        self._texts: dict[str, tuple[str, list[str] | None]] = {}
 
     def _restore(self) -> None:
         for iri, (text, readable) in list(self._texts.items()):
@@ -176,20 +177,45 @@ class RulesReplica(QueryEngine):
             result: list[dict[str, Any]] = json.loads(answer.body)
             return result
 
-    def register(self, iri: str, text: str, readable: list[str]) -> None:  # type: ignore[override]
+    def register(self, iri: str, text: str, readable: list[str] | None) -> dict[str, Any]:  # type: ignore[override]
+        """Compile a rule in the worker (reading only `readable` of its graphs; None: all of
+        them); its description (worker.describe)."""
         with self.lock:
-            self._call({"op": "register", "iri": iri, "readable": readable}, text.encode())
+            answer = self._call({"op": "register", "iri": iri, "readable": readable}, text.encode())
             self._texts[iri] = (text, readable)
+            result: dict[str, Any] = json.loads(answer.body)
+            return result
 
     def forget(self, iri: str) -> None:
         with self.lock:
             if self._texts.pop(iri, None) is not None and self._worker is not None:
                 self._call({"op": "forget", "iri": iri})
 
-    def fire(self, iri: str, graph: str, removed: list[str], added: list[str]) -> dict[str, Any]:
+    def next_change(self, change: StoreChange, after: Sequence[StoreChange] = ()) -> bool:
+        """Whether `change` (after `after`) is simply the next patch of a graph the worker holds."""
+        if change.graph not in self._graphs or change.patch is None or change.generation <= self._loaded[change.graph]:
+            return False
+        version = next((c.patch for c in reversed(after) if c.graph == change.graph), self._graphs[change.graph])
+        return version == change.prev
+
+    def carry(self, changes: list[StoreChange]) -> None:
+        """Send changes that `next_change` accepted, on their own (when no firing carries them)."""
+        for change in changes:
+            self.apply(change)
+
+    def fire(self, iri: str, graph: str, removed: list[str], added: list[str],
+             changes: Sequence[StoreChange] = ()) -> dict[str, Any]:
+        """Fire a rule on a change of `graph`; `changes` (from `next_change`) are applied to the
+        worker's graphs first, in the same call."""
         with self.lock:
-            answer = self._call({"op": "fire", "iri": iri, "graph": graph},
-                                json.dumps({"removed": removed, "added": added}).encode())
+            body = {"removed": removed, "added": added,
+                    "changes": [{"graph": c.graph, "removed": c.removed, "added": c.added} for c in changes]}
+            try:
+                answer = self._call({"op": "fire", "iri": iri, "graph": graph}, json.dumps(body).encode())
+            finally:
+                for change in changes:  # applied (or, if the worker died, reloaded from the store)
+                    if change.graph in self._graphs:
+                        self._graphs[change.graph] = change.patch
             result: dict[str, Any] = json.loads(answer.body)
             return result
 
@@ -261,6 +287,8 @@ class RuleEngine:
         self._last: dict[str, StoreChange] = {}  # each graph's last store change (store-form deltas)
         self._rules: dict[str, Registered] = {}
         self._immediate: dict[str, list[Registered]] = {}
+        # graph -> predicate (N-Triples, None: any) -> the immediate rules whose event names it
+        self._by_predicate: dict[str, dict[str | None, list[Registered]]] = {}
         self._deferred: list[Registered] = []
         self._locks_for: dict[str, frozenset[str]] = {}
         self._head: str | None = None
@@ -268,6 +296,9 @@ class RuleEngine:
         self._checked = 0.0
         self._refresh_lock = threading.RLock()
         self._edit_lock = threading.Lock()
+        self._history: list[dict[str, Any]] = []  # immediate firings the background writer has yet to write
+        self._history_lock = threading.Lock()
+        self._history_thread: threading.Thread | None = None
         self._deferred_lock = threading.Lock()
         self._pending: list[StoreChange] = []
         self._pending_lock = threading.Lock()
@@ -317,9 +348,7 @@ class RuleEngine:
                 rules[iri] = known
                 continue
             try:
-                (data,) = self.replica.parse(text)
-                rule, reads, text = rule_from_json(data)
-                self.replica.register(iri, text, list(reads))
+                rule, reads, text = rule_from_json(self.replica.register(iri, text, None))
             except (Refusal, BudgetExceeded, ValueError) as exc:  # stored by an older version, say
                 log.error("rule <%s> cannot be loaded, it stays off: %s", iri, exc)
                 continue
@@ -334,6 +363,7 @@ class RuleEngine:
             regs.sort(key=lambda r: r.order)
         self._rules = rules
         self._immediate = immediate
+        self._by_predicate = {graph: _by_predicate(regs) for graph, regs in immediate.items()}
         fired_inside = {r.rule.iri for regs in immediate.values() for r in regs}
         self._deferred = sorted((r for r in rules.values() if r.rule.iri not in fired_inside), key=lambda r: r.order)
         self._locks_for = _closures(immediate)
@@ -434,6 +464,14 @@ class RuleEngine:
             stored = {i: (r.text, r.owner) for i, r in self._rules.items() if i != iri}
             self._publish(stored, author, f"rules: removed <{iri}>")
 
+    def clear(self, owner: Owner, author: str) -> None:
+        """Remove every rule (admins only), as one patch of the rules graph."""
+        if not owner.admin:
+            raise ForbiddenError("only an admin removes every rule")
+        with self._edit_lock:
+            self.refresh(every=0)
+            self._publish({}, author, f"rules: removed all {len(self._rules)}")
+
     def _publish(self, stored: dict[str, tuple[str, Owner]], author: str, message: str) -> None:
         statements = set()
         for iri, (text, owner) in stored.items():
@@ -452,7 +490,8 @@ class RuleEngine:
 
     # --- firing: immediate -------------------------------------------------------------------
     def locks_for(self, graph: str) -> frozenset[str]:
-        """The graphs an immediate cascade from a patch of `graph` can write (locked with it)."""
+        """The graphs an immediate cascade from a patch of `graph` can write, with `graph`
+        itself (empty when no immediate rule reacts to it): locked with it."""
         if not self._loaded:
             self.refresh()
         return self._locks_for.get(graph, frozenset())
@@ -465,13 +504,22 @@ class RuleEngine:
             with self._pending_lock:
                 self._pending.append(change)
 
-    def _catch_up(self, graphs: Iterable[str]) -> None:
-        """The replica holds `graphs`, as the store holds them now."""
+    def _catch_up(self, graphs: Iterable[str]) -> list[StoreChange]:
+        """The replica holds `graphs`, as the store holds them now, but for the changes returned:
+        the next patches of held graphs, which the next firing carries to the worker (one call,
+        not one per change). Anything else (a drop, a gap) is applied now."""
         with self._pending_lock:
             pending, self._pending = self._pending, []
+        carried: list[StoreChange] = []
         for change in pending:
-            self.replica.apply(change)
+            if self.replica.next_change(change, after=carried):
+                carried.append(change)
+            else:
+                self.replica.carry(carried)
+                carried = []
+                self.replica.apply(change)
         self.replica.ensure(set(graphs))
+        return carried
 
     def on_patch(self, patch: Patch, changes: StoreChange | None = None) -> None:
         """React to an archived and applied patch (the publisher calls it under the write locks
@@ -508,12 +556,26 @@ class RuleEngine:
             self._record(cascade.firings)
 
     def _react(self, patch: Patch, cascade: _Cascade, depth: int) -> None:
-        for reg in self._immediate.get(patch.graph, ()):
+        for reg in self._candidates(patch):
             if cascade.failure is not None:
                 raise cascade.failure
-            if not _may_match(reg.rule, patch):
-                continue
             self._fire_immediate(reg, patch, cascade, depth + 1)
+
+    def _candidates(self, patch: Patch) -> list[Registered]:
+        """The immediate rules of the patch's graph whose event can match it, in firing order:
+        by the predicates the patch changes (an index, so that rules of other predicates cost
+        nothing), then each candidate's first look (`_may_match`)."""
+        index = self._by_predicate.get(patch.graph)
+        if index is None:
+            return []
+        found = set(index.get(None, ()))
+        for side in (patch.added, patch.removed):
+            for msg in side:
+                for line in msg.nquads.splitlines():
+                    parts = line.split(" ", 2)
+                    if len(parts) > 1:
+                        found.update(index.get(parts[1], ()))
+        return [reg for reg in sorted(found, key=lambda r: r.order) if _may_match(reg.rule, patch)]
 
     def _fire_immediate(self, reg: Registered, patch: Patch, cascade: _Cascade, depth: int) -> None:
         rule = reg.rule
@@ -596,8 +658,8 @@ class RuleEngine:
     def _evaluate(self, reg: Registered, graph: str, removed: list[str], added: list[str]) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            self._catch_up(reg.reads)
-            return self.replica.fire(reg.rule.iri, graph, removed, added)
+            carried = self._catch_up(reg.reads)
+            return self.replica.fire(reg.rule.iri, graph, removed, added, carried)
         except BudgetExceeded:
             raise RuleFailed(reg.rule.iri, "its evaluation overran the time budget of "
                                            f"{self.settings.rules_budget:g} s (LUCID_RULES_BUDGET)") from None
@@ -640,16 +702,49 @@ class RuleEngine:
         self.metrics.rule_firings.labels("rolled-back").inc(len(cascade.patches))
         log.warning("rule cascade from patch %s rolled back: %s", cascade.trigger.id, reason)
 
-    def _record(self, firings: list[Firing]) -> None:
+    def _record(self, firings: list[Firing], now: bool = False) -> None:
+        """Add firings to the history: an immediate cascade's in the background (a database
+        round trip was a third of a matching rule's cost; the patches themselves are in the
+        archive already), a deferred firing's `now` (its row is what makes it idempotent)."""
         if not firings:
+            return
+        rows = [firing.row() for firing in firings]
+        if now:
+            self._insert(rows)
+            return
+        with self._history_lock:
+            self._history.extend(rows)
+            if self._history_thread is None or not self._history_thread.is_alive():
+                self._history_thread = threading.Thread(target=self._write_history, name="lucid-rule-history",
+                                                        daemon=True)
+                self._history_thread.start()
+
+    def _write_history(self) -> None:
+        while True:
+            self._stopping.wait(HISTORY_DELAY)  # gather a burst into one transaction
+            with self._history_lock:
+                rows, self._history = self._history, []
+                if not rows:
+                    self._history_thread = None
+                    return
+            self._insert(rows)
+
+    def flush_history(self) -> None:
+        """Write what the background writer has not written yet (before reading the history)."""
+        with self._history_lock:
+            rows, self._history = self._history, []
+        self._insert(rows)
+
+    def _insert(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
             return
         try:
             with self.db.session() as session:
-                for firing in firings:
-                    session.execute(self.db.insert(RuleFiring).values(**firing.row())
+                for row in rows:
+                    session.execute(self.db.insert(RuleFiring).values(**row)
                                     .on_conflict_do_nothing(index_elements=["rule", "trigger"]))
         except Exception:
-            log.exception("recording rule firings failed")
+            log.exception("recording rule firings failed")  # a record; publishing goes on
 
     # --- firing: deferred ----------------------------------------------------------------------
     def start(self) -> None:
@@ -667,6 +762,7 @@ class RuleEngine:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        self.flush_history()
         self.replica.close()
 
     def _loop(self) -> None:
@@ -724,7 +820,7 @@ class RuleEngine:
                         self._retry_later(reg.rule.iri, firing, delay)
                         break
                 if firing.outcome != "no-match":
-                    self._record([firing])
+                    self._record([firing], now=True)
                 self._advance(reg.rule.iri, record.id)
                 attempts = 0
                 done += 1
@@ -861,6 +957,7 @@ class RuleEngine:
     # --- history ---------------------------------------------------------------------------------
     def history(self, rule: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """The newest firings first (of one rule, or of all)."""
+        self.flush_history()
         query = select(RuleFiring).order_by(RuleFiring.seq.desc()).limit(max(1, min(limit, HISTORY_LIMIT)))
         if rule is not None:
             query = query.where(RuleFiring.rule == rule)
@@ -898,8 +995,17 @@ def _closures(immediate: dict[str, list[Registered]]) -> dict[str, frozenset[str
                 for target in reg.rule.writes - seen:
                     seen.add(target)
                     todo.append(target)
-        out[start] = frozenset(seen)
+        out[start] = frozenset(seen | {start})
     return out
+
+
+def _by_predicate(regs: list[Registered]) -> dict[str | None, list[Registered]]:
+    """Rules by a predicate their event requires (the first fixed one; None: a variable)."""
+    index: dict[str | None, list[Registered]] = {}
+    for reg in regs:
+        fixed = [p.predicate for p in reg.rule.on if isinstance(p.predicate, URIRef)]
+        index.setdefault(f"<{fixed[0]}>" if fixed else None, []).append(reg)
+    return index
 
 
 def _may_match(rule: Rule, patch: Patch) -> bool:

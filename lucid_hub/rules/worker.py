@@ -177,10 +177,12 @@ def _register(request: Frame) -> Frame:
     if len(rules) != 1 or rules[0].iri != iri:
         raise Refused("internal", f"register expects the one rule <{iri}>")
     compiled = _compile(rules[0])
-    allowed = set(request.header.get("readable") or [])
-    compiled.reads = [g for g in compiled.reads if g in allowed]  # the rest read as empty
+    description = describe(rules[0], compiled)  # what the graphs it reads are, before the filter
+    if request.header.get("readable") is not None:
+        allowed = set(request.header["readable"])
+        compiled.reads = [g for g in compiled.reads if g in allowed]  # the rest read as empty
     _rules[iri] = compiled
-    return Frame({"status": "ok"})
+    return Frame({"status": "ok"}, json.dumps(description).encode())
 
 
 # --- firing ------------------------------------------------------------------------------------
@@ -380,6 +382,11 @@ def _fire(request: Frame) -> Frame:
         raise Refused("internal", f"rule <{header['iri']}> is not registered")
     rule, graph = compiled.rule, str(header["graph"])
     change = json.loads(request.body)
+    for carried in change.get("changes") or ():  # the replica's next patches, sent along
+        held = ox.NamedNode(carried["graph"])
+        for quad in replica._quads(carried["removed"], held):
+            replica._store.remove(quad)
+        replica._store.extend(replica._quads(carried["added"], held))
     removed, added = _triples(change["removed"]), _triples(change["added"])
     instances = _instances(rule, graph, removed, added)
     answer: dict[str, Any] = {"instances": len(instances), "kept": 0, "edits": {}, "rows": []}
