@@ -263,6 +263,32 @@ DO WEBHOOK <{callback.url}>
     assert len([f for f in firings(hub) if f["rule"] == "urn:r:later"]) == 1
 
 
+def test_a_notify_rule_posts_an_activity_an_ldn_inbox_accepts(rhub: RunningHub, callback: Callback) -> None:
+    from lucid_hub.streams.activities import activities, parse_notification
+
+    hub = rhub
+    add_rules(hub, f"""PREFIX ex: <{EX}>
+RULE <urn:r:tell>
+ON INSERT {{ GRAPH <{DELIVERIES}> {{ ?d ex:date ?date }} }}
+DO NOTIFY <{callback.url}>
+""")
+    assert hub.http.get(f"{hub.url}/rules", params={"iri": "urn:r:tell"}, timeout=30).json()["coupling"] == "deferred"
+    callback.statuses.extend([201])  # an LDN receiver answers 201 Created
+    trigger = put(hub, DELIVERIES, f"<{EX}d1> <{EX}date> {date('2026-01-09')} .\n")
+    hub.runtime.rules.run_deferred()
+    callback.wait(lambda: len(callback.deliveries) == 1)
+    headers, body = callback.deliveries[0]
+    assert headers["Content-Type"] == "application/ld+json"
+    # what a lucid-hub inbox (or any LDN receiver reading AS 2.0) makes of it
+    triples = parse_notification(body, "application/ld+json", callback.url, 10_000)
+    (activity,) = activities(triples)
+    kinds = {t.object.value for t in triples if t.subject == activity and t.predicate.value.endswith("#type")}
+    assert [k.split("://", 1)[1] for k in kinds] == ["www.w3.org/ns/activitystreams#Announce"]
+    objects = {t.object.value for t in triples if t.subject == activity and t.predicate.value.endswith("#object")}
+    assert objects == {f"{hub.url}/patches/{trigger}"}
+    assert [(f["outcome"], f["attempts"]) for f in firings(hub, "urn:r:tell")] == [("sent", 1)]
+
+
 def test_who_may_define_rules_and_what_they_may_read(rhub: RunningHub) -> None:
     hub = rhub
     hub.runtime.policies.create([Condition(iri="urn:c:w", requiresGroup=("writers",), readGraph=(DELIVERIES,),

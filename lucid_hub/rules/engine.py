@@ -978,7 +978,7 @@ def _check_shape(rule: Rule) -> None:
     graphs = {p.graph for p in rule.on}
     if len(graphs) != 1 or not isinstance(next(iter(graphs)), URIRef):
         raise RuleSyntaxError(f"rule <{rule.iri}>: ON names one graph, GRAPH <iri> {{ … }}")
-    if rule.action != "update" and rule.coupling == "immediate" and "IMMEDIATE" in rule.text.upper().split():
+    if rule.action != "update" and rule.coupling == "immediate":
         raise RuleSyntaxError(f"rule <{rule.iri}>: a {rule.action.upper()} is sent after commit; write DEFERRED "
                               "(a network call never runs inside a publish)")
 
