@@ -109,6 +109,8 @@ def test_a_late_delivery_marks_the_order_at_risk_in_a_patch_authored_by_the_rule
     (change,) = hub.runtime.archive.history(RULES_GRAPH)
     assert change.author.startswith("test admin") and "order-at-risk" in change.message
     assert verify_patch_bytes(change.body, keys, hub.runtime.canonicalizer).id == change.id
+    trail = hub.http.get(f"{hub.url}/admin/rules/history", timeout=30).json()["changes"]
+    assert [(c["patch"], c["verified"]) for c in trail] == [(change.id, True)]
 
 
 def test_each_all_delete_update_and_what_a_condition_sees(rhub: RunningHub) -> None:
@@ -253,9 +255,22 @@ DO WEBHOOK <{callback.url}>
     headers, body = callback.deliveries[0]
     message = json.loads(body)
     assert message["patch"] == trigger and message["rows"] == [{"d": f"<{EX}d1>", "date": date("2026-01-09")}]
-    keys = TrustedKeys(hub.runtime.keys.jwks())
+    # a receiver verifies the detached JWS over the body's digest with the hub's JWKS, here
+    # with `cryptography` alone (not the hub's code)
+    import base64
     import hashlib
-    keys.verify("sha256:" + hashlib.sha256(body).hexdigest(), headers["X-Lucid-Signature"])
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    def b64(part: str) -> bytes:
+        return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+    protected, empty, signature = headers["X-Lucid-Signature"].split(".")
+    assert empty == ""  # detached
+    (jwk,) = [k for k in requests.get(f"{hub.url}/.well-known/jwks.json", timeout=30).json()["keys"]
+              if k["kid"] == json.loads(b64(protected))["kid"]]
+    payload = base64.urlsafe_b64encode(("sha256:" + hashlib.sha256(body).hexdigest()).encode()).rstrip(b"=")
+    Ed25519PublicKey.from_public_bytes(b64(jwk["x"])).verify(b64(signature), protected.encode() + b"." + payload)
     hook = [f for f in firings(hub) if f["rule"] == "urn:r:hook"]
     assert [(f["outcome"], f["attempts"]) for f in hook] == [("sent", 2)]
     # at least once, never twice: running again (or after a restart) finds nothing new
@@ -402,6 +417,21 @@ def test_rule_commands_on_the_data_directory(tmp_path: Path, run_cli) -> None:  
     assert code == 1 and err.count("\n") == 1 and "names no graph" in err
     code, out, err = _cli(run_cli, "rules", "list", "--hub", "http://127.0.0.1:9", env=env)
     assert code == 1 and "--token" in err
+    # the same commands on a running hub, with a token
+    with running_hub(data, env["LUCID_DATABASE_URL"]) as hub:
+        token = hub.token("rule admin", ("lucid-hub-admins",), ("graphs:read", "graphs:write", "admin"))
+        remote = ["--hub", hub.url, "--token", token]
+        code, out, err = _cli(run_cli, "rules", "add", str(rules), *remote, env=env)
+        assert code == 0 and json.loads(out) == {"added": ["urn:acme:rules:order-at-risk"]}, err
+        assert hub.runtime.rules.get("urn:acme:rules:order-at-risk").owner.account != "operator"
+        code, out, err = _cli(run_cli, "rules", "show", "urn:acme:rules:order-at-risk", *remote, env=env)
+        assert code == 0 and out.startswith("PREFIX ex:"), err
+        code, out, err = _cli(run_cli, "rules", "add", str(loop), *remote, env=env)
+        assert code == 1 and err.count("\n") == 1 and "answered 400" in err and "fire forever" in err
+        code, out, err = _cli(run_cli, "rules", "remove", "urn:acme:rules:order-at-risk", *remote, env=env)
+        assert code == 0, err
+        code, out, err = _cli(run_cli, "rules", "list", "--hub", hub.url, "--token", "not-a-token", env=env)
+        assert code == 1 and "answered 401" in err
 
 
 # --- across companies: a rule on hub B reacts to hub A's patch; C mirrors B's result ----------

@@ -221,23 +221,30 @@ class PolicyService:
     # --- audit -----------------------------------------------------------------------
     def history(self) -> list[dict[str, Any]]:
         """Every change of the policy graph, each patch's signature and chain link verified."""
-        if self.archive.current_head(POLICY_GRAPH) is None:
-            return []
-        out, prev = [], None
-        for record in self.archive.history(POLICY_GRAPH):
-            entry: dict[str, Any] = {"patch": record.id, "author": record.author, "message": record.message,
-                                     "created": record.created.isoformat(), "removed": record.removed,
-                                     "added": record.added}
-            try:
-                patch = verify_patch_bytes(record.body, self.trusted, self.canonicalizer)
-                if patch.prev != prev or patch.id != record.id:
-                    raise LucidError(f"chain broken: prev {patch.prev} where {prev} was expected")
-                entry.update(verified=True, kid=_kid(patch))
-            except LucidError as exc:
-                entry.update(verified=False, problem=str(exc))
-            out.append(entry)
-            prev = record.id
-        return out
+        return verified_history(self.archive, POLICY_GRAPH, self.trusted, self.canonicalizer)
+
+
+def verified_history(archive: Archive, graph: str, trusted: TrustedKeys,
+                     canonicalizer: Canonicalizer) -> list[dict[str, Any]]:
+    """Every change of one of the hub's own graphs (the policy graph, the rules graph): author,
+    message, time, size, and whether its signature and chain link verify (its audit trail)."""
+    if archive.current_head(graph) is None:
+        return []
+    out, prev = [], None
+    for record in archive.history(graph):
+        entry: dict[str, Any] = {"patch": record.id, "author": record.author, "message": record.message,
+                                 "created": record.created.isoformat(), "removed": record.removed,
+                                 "added": record.added}
+        try:
+            patch = verify_patch_bytes(record.body, trusted, canonicalizer)
+            if patch.prev != prev or patch.id != record.id:
+                raise LucidError(f"chain broken: prev {patch.prev} where {prev} was expected")
+            entry.update(verified=True, kid=_kid(patch))
+        except LucidError as exc:
+            entry.update(verified=False, problem=str(exc))
+        out.append(entry)
+        prev = record.id
+    return out
 
 
 def _kid(patch: Patch) -> str | None:

@@ -110,18 +110,9 @@ def _split(text: str, only: str | None = None) -> list[tuple[str, str]]:
     depth, i, start, current = 0, 0, 0, ""
     while i < len(text):
         ch = text[i]
-        if ch in "\"'":
-            end = _string_end(text, i)
-            i = end
-            continue
-        if ch == "<" and depth >= 0:
-            close = text.find(">", i)
-            if close != -1 and re.fullmatch(r"<[^<>\"{}|^`\\\s]*>", text[i:close + 1]):
-                i = close + 1
-                continue
-        if ch == "#":
-            newline = text.find("\n", i)
-            i = len(text) if newline == -1 else newline
+        after = skip_opaque(text, i)
+        if after is not None:
+            i = after
             continue
         if ch == "{":
             depth += 1
@@ -147,6 +138,22 @@ def _split(text: str, only: str | None = None) -> list[tuple[str, str]]:
         raise RuleSyntaxError("a '{' is not closed")
     out.append((current, text[start:]))
     return out
+
+
+def skip_opaque(text: str, i: int) -> int | None:
+    """Where a string, an IRI or a comment that starts at `i` ends (None: none starts there):
+    what a scan for SPARQL's braces and keywords must step over."""
+    ch = text[i]
+    if ch in "\"'":
+        return _string_end(text, i)
+    if ch == "<":
+        close = text.find(">", i)
+        if close != -1 and re.fullmatch(r"<[^<>\"{}|^`\\\s]*>", text[i:close + 1]):
+            return close + 1
+    if ch == "#":
+        newline = text.find("\n", i)
+        return len(text) if newline == -1 else newline
+    return None
 
 
 def _string_end(text: str, i: int) -> int:

@@ -24,7 +24,6 @@ a VALUES block (one instance for FOR EACH, all of them for FOR ALL).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,7 @@ from rdflib.plugins.sparql.sparql import QueryContext
 
 from lucid_hub.guard import Frame
 from lucid_hub.queries import worker as replica
-from lucid_hub.rules.language import Pattern, Rule, RuleSyntaxError, _string_end, parse_rules
+from lucid_hub.rules.language import Pattern, Rule, RuleSyntaxError, parse_rules, skip_opaque
 from lucid_hub.store.sparql_worker import (
     NO_GRAPH,
     Refused,
@@ -237,20 +236,11 @@ def _with_values(query: str, values: str) -> str:
     bindings (a VALUES after the query would join only after the group's filters ran)."""
     i = 0
     while i < len(query):
-        ch = query[i]
-        if ch in "\"'":
-            i = _string_end(query, i)
+        after = skip_opaque(query, i)
+        if after is not None:
+            i = after
             continue
-        if ch == "<":
-            close = query.find(">", i)
-            if close != -1 and re.fullmatch(r"<[^<>\"{}|^`\\\s]*>", query[i:close + 1]):
-                i = close + 1
-                continue
-        if ch == "#":
-            newline = query.find("\n", i)
-            i = len(query) if newline == -1 else newline
-            continue
-        if ch == "{":
+        if query[i] == "{":
             return f"{query[:i + 1]} {values}\n{query[i + 1:]}"
         i += 1
     return query + values

@@ -9,10 +9,12 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.auth.tokens import Principal
-from lucid_hub.errors import InputError, InputTooLargeError, NotFoundError, UnsupportedMediaTypeError
+from lucid_hub.errors import ForbiddenError, InputError, InputTooLargeError, NotFoundError, UnsupportedMediaTypeError
+from lucid_hub.policy.policy_graph import verified_history
 from lucid_hub.rules.analysis import Analysis, analyse
-from lucid_hub.rules.engine import Owner, Registered
+from lucid_hub.rules.engine import RULES_GRAPH, Owner, Registered
 from lucid_hub.rules.language import MAX_RULE_BYTES
+from lucid_hub.signing import TrustedKeys
 from lucid_hub.web.authz import author, principal, require_scope
 from lucid_hub.web.http import negotiate, runtime
 
@@ -120,6 +122,16 @@ def firings() -> Response:
     return jsonify({"firings": entries})
 
 
+def changes() -> Response:
+    """The rules graph's audit trail: every change, its signature and chain link verified."""
+    _caller, owner = _owner()
+    if not owner.admin:
+        raise ForbiddenError("the rules' audit trail is for admins (scope admin)")
+    rt = runtime()
+    return jsonify({"graph": RULES_GRAPH, "changes": verified_history(rt.archive, RULES_GRAPH,
+                                                                      TrustedKeys(rt.keys.jwks()), rt.canonicalizer)})
+
+
 def register(bp: Blueprint, prefix: str = "") -> None:
     """The rule routes on a blueprint (this one, and the admin API's under /admin/rules)."""
     bp.add_url_rule(prefix or "", "rules_list", list_rules, methods=["GET"])
@@ -127,6 +139,7 @@ def register(bp: Blueprint, prefix: str = "") -> None:
     bp.add_url_rule(prefix or "", "rules_remove", remove_rule, methods=["DELETE"])
     bp.add_url_rule(f"{prefix}/explain", "rules_explain", explain_rules, methods=["GET", "POST"])
     bp.add_url_rule(f"{prefix}/firings", "rules_firings", firings, methods=["GET"])
+    bp.add_url_rule(f"{prefix}/history", "rules_history", changes, methods=["GET"])
 
 
 register(blueprint)
