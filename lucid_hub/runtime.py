@@ -78,6 +78,7 @@ class Runtime:
         rules.callback_prefixes = self._callback_prefixes
         self.publisher.locks_for = rules.locks_for
         self.publisher.react = rules.on_patch
+        self.publisher.will_react = rules.will_react
 
     def _callback_prefixes(self, owner: Any) -> list[str]:
         client = self.clients.get(owner.endpoint_id)
@@ -158,6 +159,8 @@ class Runtime:
             if repair:
                 publisher.repair()
             log.info("%s", policies.start(settings.policies_dir))
+            if repair:
+                runtime.rules.recover()  # cascades a crash interrupted (after the store caught up)
         except BaseException:
             runtime.close()
             raise

@@ -492,3 +492,93 @@ def test_a_partners_patch_fires_our_rule_and_its_patch_reaches_our_customer(tmp_
         (at_c,) = [r for r in customer.runtime.archive.history(ORDERS) if r.id == derived]
         assert verify_patch_bytes(at_c.body, b_keys, customer.runtime.canonicalizer).id == derived
         assert at_c.author == "rule <urn:acme:rules:order-at-risk>" and trigger in at_c.message
+
+
+# --- a crash inside a cascade ----------------------------------------------------------------
+
+def _crash_in_cascade(tmp_path: Path) -> tuple[Path, str]:
+    """A hub that dies (as a kill would) right after the first rule of CHAIN archived its patch;
+    the data directory and the triggering patch's id."""
+    from lucid_hub.config import Settings
+    from lucid_hub.rules.engine import OPERATOR
+    from lucid_hub.runtime import Runtime
+    from lucid_hub.tools.loopback import free_port
+    from tests.test_publish_recovery import bearer, start_hub
+
+    data = tmp_path / "data"
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(data)}))
+    try:
+        runtime.rules.add(CHAIN, OPERATOR, "test")
+    finally:
+        runtime.close()
+    port = free_port()
+    proc = start_hub(data, port, "in-rule-cascade")
+    auth = bearer(data, port)
+    with pytest.raises(requests.ConnectionError):
+        requests.put(f"http://127.0.0.1:{port}/graphs", params={"graph": DELIVERIES}, timeout=30,
+                     data=f"<{EX}d1> <{EX}late> {TRUE} .\n".encode(), headers={**NT, **auth})
+    assert proc.wait(timeout=30) == 137
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(data)}), repair=False)
+    try:
+        trigger = runtime.archive.head(DELIVERIES)
+        assert runtime.archive.pending_reactions() == [(trigger, DELIVERIES)]
+        # the first rule's patch and the one it fired (depth 2) were made; the second rule never ran
+        assert [r.author for r in runtime.archive.history(ORDERS)] == ["rule <urn:r:first>"]
+        assert [r.author for r in runtime.archive.history(ALERTS)] == ["rule <urn:r:cascade>"]
+    finally:
+        runtime.close()
+    return data, trigger
+
+
+def test_a_cascade_a_crash_interrupted_is_rolled_back_and_run_again_at_start(tmp_path: Path) -> None:
+    from lucid_hub.config import Settings
+    from lucid_hub.runtime import Runtime
+
+    data, trigger = _crash_in_cascade(tmp_path)
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(data)}))  # repairs, then recovers
+    try:
+        assert runtime.archive.pending_reactions() == []
+        orders = runtime.archive.history(ORDERS)
+        assert [r.author for r in orders] == ["rule <urn:r:first>", "rule engine", "rule <urn:r:first>",
+                                              "rule <urn:r:second>"]
+        assert "interrupted by a crash" in orders[1].message and orders[1].message.startswith(
+            f"rolled back {orders[0].id}")
+        assert [r.author for r in runtime.archive.history(ALERTS)] == ["rule <urn:r:cascade>", "rule engine",
+                                                                       "rule <urn:r:cascade>"]
+        # the graphs are as one uninterrupted cascade leaves them
+        assert set(runtime.publisher.content(ORDERS)[1]) == {f"<{EX}d1> <{EX}flag> <{EX}one>",
+                                                            f"<{EX}d1> <{EX}saw> <{EX}two>"}
+        assert set(runtime.publisher.content(ALERTS)[1]) == {f"<{EX}d1> <{EX}flag> <{EX}two>"}
+        outcomes = {(f["rule"], f["trigger"] == trigger or f["depth"] > 1, f["outcome"])
+                    for f in runtime.rules.history()}
+        assert {("urn:r:first", True, "patched"), ("urn:r:cascade", True, "patched"),
+                ("urn:r:second", True, "patched")} <= outcomes
+    finally:
+        runtime.close()
+
+
+def test_an_interrupted_cascade_whose_graphs_moved_on_is_reported_not_run_again(tmp_path: Path) -> None:
+    import pyoxigraph as ox
+
+    from lucid_hub.config import Settings
+    from lucid_hub.rdf.msg import graph_msgs
+    from lucid_hub.runtime import Runtime
+
+    data, trigger = _crash_in_cascade(tmp_path)
+    settings = Settings.from_env({"LUCID_DATA_DIR": str(data)})
+    runtime = Runtime.open(settings, repair=False)  # another process of the hub went on meanwhile
+    try:
+        runtime.publisher.merge(ORDERS, graph_msgs(list(ox.parse(f"<{EX}x> <{EX}y> <{EX}z> .\n",
+                                                                 format=ox.RdfFormat.N_TRIPLES)),
+                                                   runtime.canonicalizer), author="someone", message="")
+    finally:
+        runtime.close()
+    runtime = Runtime.open(settings)
+    try:
+        assert runtime.archive.pending_reactions() == []
+        assert [r.author for r in runtime.archive.history(ORDERS)] == ["rule <urn:r:first>", "someone"]
+        failed = [f for f in runtime.rules.history() if f["trigger"] == trigger]
+        assert {f["rule"] for f in failed} == {"urn:r:first", "urn:r:second"}
+        assert all(f["outcome"] == "failed" and f"<{ORDERS}> has changed since" in f["reason"] for f in failed)
+    finally:
+        runtime.close()

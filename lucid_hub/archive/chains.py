@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord
+from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord, PendingReaction
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConflictError, NotFoundError, StoreError
 
@@ -52,6 +52,7 @@ class Archiving:
     removed: int
     added: int
     body: bytes
+    reacting: bool = False  # immediate rules will react to it: a pending reaction is recorded with it
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ _MIRRORED = select(Mirror.id).where(Mirror.graph == bindparam("g"))
 _INSERT_PATCH = insert(PatchRecord)
 _INSERT_LOG = insert(LogEntry)
 _INSERT_OUTBOX = insert(Outbox)
+_INSERT_REACTION = insert(PendingReaction)
 _HEAD = select(Graph.head).where(Graph.iri == bindparam("g"))
 _LENGTH = select(Graph.length).where(Graph.iri == bindparam("g"))
 _RELAYED = delete(Outbox).where(Outbox.seq <= bindparam("last"))
@@ -265,12 +267,28 @@ class Archive:
             conn.execute(_INSERT_LOG, {"graph": patch.graph, "patch_id": patch.id, "body": patch.body})
         else:
             conn.execute(_INSERT_OUTBOX, {"patch_id": patch.id, "graph": patch.graph})
+        if patch.reacting:
+            conn.execute(_INSERT_REACTION, {"patch_id": patch.id, "graph": patch.graph})
+
+    # --- pending reactions (rules) -----------------------------------------------------
+    def pending_reactions(self) -> list[tuple[str, str]]:
+        """(patch id, graph) of patches whose immediate rules have not finished reacting, oldest first."""
+        query = (select(PendingReaction.patch_id, PendingReaction.graph)
+                 .join(PatchRecord, PatchRecord.id == PendingReaction.patch_id).order_by(PatchRecord.created))
+        with self.db.engine.connect() as conn:
+            return [(r.patch_id, r.graph) for r in conn.execute(query)]
+
+    def reacted(self, patch_id: str) -> None:
+        """The patch's immediate rules are done with it."""
+        with self.db.write() as conn:
+            conn.execute(delete(PendingReaction).where(PendingReaction.patch_id == patch_id))
 
     def forget(self, graph: str) -> None:
         """Drop a graph's chain, head, outbox rows and log entries (a mirror that re-clones)."""
         with self.db.session() as session:
             ids = select(PatchRecord.id).where(PatchRecord.graph == graph)
             session.execute(delete(Outbox).where(Outbox.patch_id.in_(ids)))
+            session.execute(delete(PendingReaction).where(PendingReaction.graph == graph))
             session.execute(delete(LogEntry).where(LogEntry.graph == graph))
             session.execute(delete(PatchRecord).where(PatchRecord.graph == graph))
             session.execute(delete(Graph).where(Graph.iri == graph))

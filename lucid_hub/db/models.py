@@ -325,6 +325,17 @@ class Notification(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class PendingReaction(Base):
+    """A patch whose immediate rules had not finished reacting: written with the patch (same
+    transaction), deleted when its cascade is done. One left at start is a cascade a crash
+    interrupted (rules/engine.py, `recover`)."""
+
+    __tablename__ = "pending_reactions"
+
+    patch_id: Mapped[str] = mapped_column(PATCH_ID, ForeignKey("patches.id", ondelete="CASCADE"), primary_key=True)
+    graph: Mapped[str] = mapped_column(IRI)
+
+
 class RuleFiring(Base):
     """One rule reacting to one patch (docs/rules.md): the firing history, and for deferred
     rules the record that makes firing idempotent (one row per rule and triggering patch)."""

@@ -181,6 +181,9 @@ class Publisher:
         # called under those locks.
         self.locks_for: Callable[[str], frozenset[str]] = lambda _graph: frozenset()
         self.react: Callable[[Patch], None] | None = None
+        # Whether `react` will start a cascade of immediate rules for a patch: then a pending
+        # reaction is archived with it, so that a crash before the cascade ends is seen at start.
+        self.will_react: Callable[[Patch], bool] = lambda _patch: False
         self._holding = threading.local()  # the graphs (and lock stripes) this thread holds
         self._lock_plans: dict[frozenset[str], tuple[tuple[str, ...], list[threading.Lock]]] = {}
 
@@ -433,7 +436,7 @@ class Publisher:
 
     def _append_all(self, patches: list[Patch], *, local: bool) -> None:
         """`_append` for patches of several graphs, all in one transaction (all or none)."""
-        self.archive.append([_archiving(patch) for patch in patches], local=local,
+        self.archive.append([_archiving(patch, self.will_react(patch)) for patch in patches], local=local,
                             log_entries=self.log.written_by_archive)
 
     # --- catching up ---------------------------------------------------------------------
@@ -623,7 +626,8 @@ def _stripe(graph: str) -> int:
     return int.from_bytes(hashlib.sha256(graph.encode()).digest()[:4], "big") % LOCK_STRIPES
 
 
-def _archiving(patch: Patch) -> Archiving:
-    """The archive's record of a patch: its headers and its RDF Patch bytes."""
+def _archiving(patch: Patch, reacting: bool = False) -> Archiving:
+    """The archive's record of a patch: its headers and its RDF Patch bytes (and whether rules
+    will react to it: a pending reaction is recorded with it)."""
     return Archiving(patch.id, patch.graph, patch.prev, patch.author, patch.message, patch.created,
-                     len(patch.removed), len(patch.added), write_rdf_patch(patch))
+                     len(patch.removed), len(patch.added), write_rdf_patch(patch), reacting)

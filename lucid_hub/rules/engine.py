@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import threading
 import time
 from collections import Counter
@@ -53,6 +55,7 @@ from lucid_hub.errors import (
 from lucid_hub.hub.callbacks import check_callback, parse_cidrs
 from lucid_hub.metrics import Metrics
 from lucid_hub.policy.engine import Party
+from lucid_hub.publish.publisher import FAULT_ENV
 from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal
 from lucid_hub.rdf.apply import apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
@@ -74,6 +77,7 @@ WORKER = "lucid_hub.rules.worker:handle"
 REFRESH_SECONDS = 1.0
 BACKOFF_BASE, BACKOFF_MAX = 1.0, 300.0  # seconds between a failing deferred firing's attempts
 HISTORY_LIMIT = 1000
+_FIRED_BY = re.compile(r"fired by patch (\S+) ")
 HISTORY_DELAY = 0.05  # seconds the background writer gathers immediate firings before writing them
 
 
@@ -532,6 +536,9 @@ class RuleEngine:
         if self._deferred:
             self._wake.set()
         cascade: _Cascade | None = getattr(self._local, "cascade", None)
+        flagged = patch.id in getattr(self._local, "flagged", ())
+        if flagged:
+            self._local.flagged.discard(patch.id)
         if cascade is not None:  # a rule's own patch, published inside the cascade: it goes on
             cascade.patches.append(patch)  # (in commit order: what a rollback undoes, newest first)
             if cascade.failure is None and patch.graph in self._immediate:
@@ -542,6 +549,8 @@ class RuleEngine:
             return
         self.refresh()
         if patch.graph not in self._immediate:
+            if flagged:
+                self._reacted(patch.id)
             return
         cascade = self._local.cascade = _Cascade(patch)
         try:
@@ -554,6 +563,89 @@ class RuleEngine:
         finally:
             self._local.cascade = None
             self._record(cascade.firings)
+            if flagged:  # done (inside the locks: a process starting now sees it done)
+                self._reacted(patch.id)
+
+    def will_react(self, patch: Patch) -> bool:
+        """Whether a cascade of immediate rules will start from this patch (asked by the
+        publisher before it archives the patch, which then records a pending reaction)."""
+        if getattr(self._local, "quiet", False) or getattr(self._local, "cascade", None) is not None:
+            return False
+        if patch.graph not in self._by_predicate or not self._candidates(patch):
+            return False
+        flagged: set[str] | None = getattr(self._local, "flagged", None)
+        if flagged is None:
+            flagged = self._local.flagged = set()
+        flagged.add(patch.id)
+        return True
+
+    def _reacted(self, patch_id: str) -> None:
+        try:
+            self.archive.reacted(patch_id)
+        except Exception:
+            log.exception("recording that patch %s's rules are done failed (it is looked at again at start)",
+                          patch_id)
+
+    def recover(self) -> None:
+        """At start: cascades a crash interrupted (a pending reaction left in the archive) are
+        rolled back and run again, if nothing else has changed their graphs since; otherwise
+        their rules are recorded as failed, with the reason. Waits for a cascade another
+        process of the hub is still running (its locks)."""
+        pending = self.archive.pending_reactions()
+        if not pending:
+            return
+        self.refresh(every=0)
+        for patch_id, graph in pending:
+            with self.publisher.writing(self.locks_for(graph) or {graph}):
+                if patch_id not in {p for p, _g in self.archive.pending_reactions()}:
+                    continue  # another process finished it while this one waited
+                try:
+                    self._resume(patch_id, graph)
+                except Exception:
+                    log.exception("resuming the rules of patch %s failed", patch_id)
+                finally:
+                    self._reacted(patch_id)
+
+    def _resume(self, trigger_id: str, graph: str) -> None:
+        record = self.archive.patch(trigger_id)
+        trigger = read_rdf_patch(record.body, self.canonicalizer)
+        graphs = self.locks_for(graph) or frozenset({graph})
+        later: dict[str, list[Any]] = {}
+        for g in sorted(graphs):
+            history = self.archive.history(g) if self.archive.current_head(g) is not None else []
+            if g == graph:
+                ids = [r.id for r in history]
+                later[g] = history[ids.index(trigger_id) + 1:]
+            else:
+                later[g] = [r for r in history if _aware(r.created) >= _aware(record.created)]
+        cascade = {trigger_id}
+        grew = True
+        while grew:  # the patches the rules made: each names the patch that fired it
+            grew = False
+            for records in later.values():
+                for r in records:
+                    fired = _FIRED_BY.match(r.message)
+                    if r.id not in cascade and r.author.startswith("rule <") and fired and fired.group(1) in cascade:
+                        cascade.add(r.id)
+                        grew = True
+        strangers = sorted({g for g, records in later.items() for r in records if r.id not in cascade})
+        if strangers:
+            reason = ("its cascade was interrupted by a crash and is not run again: "
+                      f"<{strangers[0]}> has changed since")
+            self._record([Firing(reg.rule.iri, trigger_id, graph, "immediate", 1, outcome="failed", reason=reason)
+                          for reg in self._candidates(trigger)], now=True)
+            log.error("rules of patch %s: %s", trigger_id, reason)
+            return
+        self._local.quiet = True
+        try:
+            for records in later.values():
+                for r in reversed(records):
+                    self._undo(read_rdf_patch(r.body, self.canonicalizer),
+                               "its cascade was interrupted by a crash; it runs again")
+        finally:
+            self._local.quiet = False
+        log.warning("rules of patch %s: the cascade a crash interrupted runs again", trigger_id)
+        self.on_patch(trigger)
 
     def _react(self, patch: Patch, cascade: _Cascade, depth: int) -> None:
         for reg in self._candidates(patch):
@@ -631,6 +723,9 @@ class RuleEngine:
         firing.patches = [p.id for p in made]
         firing.outcome = "patched" if made else "unchanged"
         self.metrics.rule_firings.labels(firing.outcome).inc()
+        if made and os.environ.get(FAULT_ENV) == "in-rule-cascade":  # test-only: a crash mid-cascade
+            log.warning("fault injection: exiting inside a rule cascade")
+            os._exit(137)
         if cascade.failure is not None:
             raise cascade.failure
 
@@ -689,9 +784,7 @@ class RuleEngine:
         self._local.quiet = True
         try:
             for patch in reversed(cascade.patches):
-                inverse = GraphChange(patch.graph, patch.added, patch.removed)
-                self.publisher.publish(patch.graph, lambda _view, change=inverse: change,
-                                       author="rule engine", message=f"rolled back {patch.id}: {reason}"[:4096])
+                self._undo(patch, reason)
         except Exception:
             log.exception("rolling back a rule cascade failed")
         finally:
@@ -701,6 +794,12 @@ class RuleEngine:
                 firing.outcome, firing.reason = "rolled-back", reason
         self.metrics.rule_firings.labels("rolled-back").inc(len(cascade.patches))
         log.warning("rule cascade from patch %s rolled back: %s", cascade.trigger.id, reason)
+
+    def _undo(self, patch: Patch, reason: str) -> None:
+        """A compensating patch: the inverse of a rule's patch (the caller keeps rules quiet)."""
+        inverse = GraphChange(patch.graph, patch.added, patch.removed)
+        self.publisher.publish(patch.graph, lambda _view: inverse, author="rule engine",
+                               message=f"rolled back {patch.id}: {reason}"[:4096])
 
     def _record(self, firings: list[Firing], now: bool = False) -> None:
         """Add firings to the history: an immediate cascade's in the background (a database

@@ -1,4 +1,4 @@
-"""Event-condition-action rules: firing history and deferred rules' cursors (issue 18)
+"""Event-condition-action rules: firing history, deferred rules' cursors, pending reactions (issue 18)
 
 Revision ID: 0009
 Revises: 0008
@@ -43,7 +43,15 @@ def upgrade() -> None:
     )
 
 
+    op.create_table(
+        "pending_reactions",
+        sa.Column("patch_id", sa.String(80), sa.ForeignKey("patches.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("graph", sa.String(2048), nullable=False),
+    )
+
+
 def downgrade() -> None:
+    op.drop_table("pending_reactions")
     op.drop_table("rule_cursors")
     op.drop_index("ix_rule_firings_rule", table_name="rule_firings")
     op.drop_table("rule_firings")
