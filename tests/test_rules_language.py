@@ -183,3 +183,43 @@ def test_the_explain_command(tmp_path: Path, run_cli) -> None:  # type: ignore[n
         assert done.code == 1 and words in done.err and len(done.err.strip().splitlines()) == 1, done.err
     done = run_cli("rules", "explain", tmp_path / "missing.rules")
     assert done.code == 1 and "cannot read" in done.err
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8).flatmap(lambda n: st.tuples(st.just(n), st.sets(st.tuples(st.integers(0, n - 1),
+                                                                                   st.integers(0, n - 1))))))
+def test_the_cycles_are_the_mutually_reachable_groups(graph: tuple[int, set[tuple[int, int]]]) -> None:
+    """The strongly connected components (an explicit stack, not recursion) against brute force:
+    rules are on a cycle together exactly when each reaches the other."""
+    from lucid_hub.rules.analysis import _strongly_connected
+
+    n, edges = graph
+    names = [f"r{i}" for i in range(n)]
+    successors = {name: [f"r{b}" for a, b in sorted(edges) if f"r{a}" == name] for name in names}
+    reach = {a: {a} for a in names}
+    for _ in names:  # closure: n rounds suffice
+        for a in names:
+            reach[a] |= {c for b in reach[a] for c in successors[b]}
+    expected = set()
+    for a in names:
+        group = tuple(sorted(b for b in names if b in reach[a] and a in reach[b]))
+        if len(group) > 1 or a in successors[a]:
+            expected.add(group)
+    assert set(_strongly_connected(names, successors)) == expected
+
+
+def test_a_long_chain_of_rules_is_analysed_without_running_out_of_stack() -> None:
+    """1,500 rules, each raising the next (a chain, no cycle), then closed into a cycle."""
+    from lucid_hub.rules.language import Rule
+
+    def rule(i: int, target: int) -> Rule:
+        return Rule(f"urn:r:{i}", 0, "immediate", "each", 1, "INSERT",
+                    (Pattern(URIRef(f"urn:g:{i}"), Variable("s"), URIRef(f"{EX}p"), Variable("o")),),
+                    None, "update", "", (Pattern(URIRef(f"urn:g:{target}"), Variable("s"), URIRef(f"{EX}p"),
+                                                 Variable("o")),))
+
+    chain = [rule(i, i + 1) for i in range(1500)]
+    analysis = analyse(chain)
+    assert len(analysis.edges) == 1499 and analysis.cycles == () and analysis.terminates
+    looped = analyse([*chain[:-1], rule(1499, 0)])
+    assert len(looped.cycles) == 1 and len(looped.cycles[0]) == 1500 and looped.terminates  # all bounded

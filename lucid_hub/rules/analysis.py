@@ -70,6 +70,53 @@ class Analysis:
         return "\n".join(lines)
 
 
+def _strongly_connected(names: list[str], successors: dict[str, list[str]]) -> list[tuple[str, ...]]:
+    """Tarjan's strongly connected components that are cycles (more than one rule, or a rule
+    that raises itself), with an explicit stack: a chain of a thousand rules overflowed
+    Python's recursion limit (a 500 for a rule set that is merely long)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[tuple[str, ...]] = []
+
+    def enter(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+
+    for root in names:
+        if root in index:
+            continue
+        enter(root)
+        work = [(root, iter(successors[root]))]
+        while work:
+            node, pending = work[-1]
+            for nxt in pending:
+                if nxt not in index:
+                    enter(nxt)
+                    work.append((nxt, iter(successors[nxt])))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:  # every successor seen: the node is done
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1 or node in successors[node]:
+                        groups.append(tuple(sorted(group)))
+    return groups
+
+
 def analyse(rules: list[Rule]) -> Analysis:
     """The triggering graph of a rule set and its cycles (Tarjan's strongly connected
     components; a rule that raises itself is a cycle of one)."""
@@ -94,36 +141,7 @@ def analyse(rules: list[Rule]) -> Analysis:
     successors: dict[str, list[str]] = {n: [] for n in names}
     for a, b in edges:
         successors[a].append(b)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    groups: list[tuple[str, ...]] = []
-
-    def connect(node: str) -> None:  # iterative in spirit: rule sets are small (at most thousands)
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in successors[node]:
-            if nxt not in index:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            group = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                group.append(member)
-                if member == node:
-                    break
-            if len(group) > 1 or node in successors[node]:
-                groups.append(tuple(sorted(group)))
-
-    for name in names:
-        if name not in index:
-            connect(name)
+    groups = _strongly_connected(names, successors)
     cycles = tuple(sorted(groups))
     unbounded = tuple(g for g in cycles if any(by_name[r].bound is None for r in g))
     return Analysis(edges, cycles, unbounded)
