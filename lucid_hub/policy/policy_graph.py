@@ -63,14 +63,20 @@ class GraphWriter(Protocol):
                 if_match: Precondition | None = None) -> Patch | None: ...
 
 
-def stored_conditions(archive: Archive, canonicalizer: Canonicalizer) -> tuple[str | None, list[Condition]]:
-    """The policy graph's head and its conditions, rebuilt from its archived patches (no
-    store: delivery workers open none)."""
-    head, bodies = archive.bodies(POLICY_GRAPH)
+def archived_statements(archive: Archive, graph: str, canonicalizer: Canonicalizer) -> tuple[str | None, set[str]]:
+    """The head and ground statements of one of the hub's own graphs (the policy graph, the
+    rules graph), rebuilt from its archived patches (no store: delivery workers open none)."""
+    head, bodies = archive.bodies(graph)
     msgs = GraphMsgs()
     for body in bodies:
         apply_to_msgs(msgs, read_rdf_patch(body, canonicalizer))
-    return head, conditions_from_quads(statement_quads(msgs.ground), "the policy graph")
+    return head, msgs.ground
+
+
+def stored_conditions(archive: Archive, canonicalizer: Canonicalizer) -> tuple[str | None, list[Condition]]:
+    """The policy graph's head and its conditions."""
+    head, statements = archived_statements(archive, POLICY_GRAPH, canonicalizer)
+    return head, conditions_from_quads(statement_quads(statements), "the policy graph")
 
 
 class PolicyService:

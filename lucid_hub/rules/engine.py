@@ -55,9 +55,9 @@ from lucid_hub.errors import (
 from lucid_hub.hub.callbacks import check_callback, parse_cidrs
 from lucid_hub.metrics import Metrics
 from lucid_hub.policy.engine import Party
+from lucid_hub.policy.policy_graph import archived_statements
 from lucid_hub.publish.publisher import FAULT_ENV
 from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal
-from lucid_hub.rdf.apply import apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rdf.patch import Patch
@@ -317,13 +317,10 @@ class RuleEngine:
     # --- the rule set ------------------------------------------------------------------------
     def stored(self) -> tuple[str | None, dict[str, tuple[str, Owner]]]:
         """The rules graph's head and its rules (IRI -> text, owner), from the archive."""
-        head, bodies = self.archive.bodies(RULES_GRAPH)
-        msgs = GraphMsgs()
-        for body in bodies:
-            apply_to_msgs(msgs, read_rdf_patch(body, self.canonicalizer))
+        head, statements = archived_statements(self.archive, RULES_GRAPH, self.canonicalizer)
         texts: dict[str, str] = {}
         owners: dict[str, Owner] = {}
-        for triple in ox.parse("".join(f"{s} .\n" for s in sorted(msgs.ground)), format=ox.RdfFormat.N_TRIPLES):
+        for triple in ox.parse("".join(f"{s} .\n" for s in sorted(statements)), format=ox.RdfFormat.N_TRIPLES):
             iri, predicate, value = triple.subject.value, triple.predicate.value, triple.object.value
             if predicate == RULE_TEXT:
                 texts[iri] = value
@@ -525,7 +522,7 @@ class RuleEngine:
         self.replica.ensure(set(graphs))
         return carried
 
-    def on_patch(self, patch: Patch, changes: StoreChange | None = None) -> None:
+    def on_patch(self, patch: Patch) -> None:
         """React to an archived and applied patch (the publisher calls it under the write locks
         of `locks_for(patch.graph)`). Never raises: a rule's failure is recorded."""
         if patch.graph == RULES_GRAPH:
@@ -930,27 +927,32 @@ class RuleEngine:
         if refusal:
             firing.outcome, firing.reason = "skipped", refusal
             return
-        answer = self._evaluate(reg, patch.graph, *_delta(patch))
-        firing.instances, firing.kept = answer["instances"], answer["kept"]
-        if not answer["kept"]:
-            firing.outcome = "not-met" if answer["instances"] else "no-match"
-            return
         rule = reg.rule
-        if rule.action == "update":
-            if not answer["edits"]:
-                firing.outcome = "unchanged"
+        if rule.action != "update":
+            answer = self._evaluate(reg, patch.graph, *_delta(patch))
+            if not self._kept(answer, firing):
                 return
+            self._send(reg, patch, answer, firing)
+        else:  # evaluated once, under the locks of what it writes: the graphs hold still for it
             with self.publisher.writing(set(rule.writes) | {g for w in rule.writes for g in self.locks_for(w)}):
-                answer = self._evaluate(reg, patch.graph, *_delta(patch))  # on the graphs as the locks hold them
+                answer = self._evaluate(reg, patch.graph, *_delta(patch))
+                if not self._kept(answer, firing):
+                    return
                 try:
                     made = self._write(reg, patch, answer["edits"]) if answer["edits"] else []
                 except LucidError as exc:
                     raise RuleFailed(rule.iri, str(exc)) from None
             firing.patches = [p.id for p in made]
             firing.outcome = "patched" if made else "unchanged"
-        else:
-            self._send(reg, patch, answer, firing)
         self.metrics.rule_firings.labels(firing.outcome).inc()
+
+    @staticmethod
+    def _kept(answer: dict[str, Any], firing: Firing) -> bool:
+        """Note the event's instances and the condition's result; whether the action runs."""
+        firing.instances, firing.kept = answer["instances"], answer["kept"]
+        if not answer["kept"]:
+            firing.outcome = "not-met" if answer["instances"] else "no-match"
+        return bool(answer["kept"])
 
     def _send(self, reg: Registered, patch: Patch, answer: dict[str, Any], firing: Firing) -> None:
         rule = reg.rule
@@ -1066,9 +1068,6 @@ class RuleEngine:
                      "reason": f.reason or None, "patches": f.patches.split() if f.patches else [],
                      "attempts": f.attempts, "firedAt": _aware(f.fired_at).isoformat()}
                     for f in session.scalars(query)]
-
-    def close(self) -> None:
-        self.stop()
 
 
 def _check_shape(rule: Rule) -> None:
