@@ -142,6 +142,9 @@ class Settings:
     delivery_claim_seconds: float = 60.0
     # `serve` delivers WebSub notifications itself (false: leave it to `lucid-hub worker`s).
     deliver_in_process: bool = True
+    # Concurrent publishes of a graph share one database transaction and one store update
+    # (each still its own signed, chained patch; docs/decisions.md). Off: one of each per patch.
+    group_commit: bool = True
     # Mirrors whose publisher withdrew access: keep the replica as it was, or purge it.
     mirror_on_revoke: str = "keep"
     # Mirrors tell their publisher how far they got: an LDN receipt to the graph's inbox per

@@ -50,6 +50,9 @@ class Metrics:
         self.publish_seconds = Histogram(
             "lucid_publish_seconds", "Time to make one change of an owned graph a signed, archived patch "
             "(diff, sign, archive, store).", buckets=_LATENCY, registry=r)
+        self.publish_group = Histogram(
+            "lucid_publish_group_patches", "Patches of one graph committed together (one database transaction "
+            "and one store update: group commit).", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
         self.patches = Counter(
             "lucid_patches", "Patches archived: published here, or mirrored from another hub.", ["origin"], registry=r)
         self.deliveries = Counter(

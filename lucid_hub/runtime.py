@@ -131,7 +131,8 @@ class Runtime:
                               cache_statements=settings.msg_cache_statements, metrics=metrics,
                               lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
                               patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce,
-                              relay=slot == 0)  # one relay keeps each graph's order in the log
+                              relay=slot == 0,  # one relay keeps each graph's order in the log
+                              group_commit=settings.group_commit)
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, archive, publisher, canonicalizer, trusted_keys)

@@ -69,11 +69,12 @@ class ChainLink:
 
 
 # Prepared once: building SQLAlchemy statements costs more than running them on SQLite.
+# Moves a head by `n` patches (a group commit's chain) if it is still at `prev`.
 _ADVANCE = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head == bindparam("prev"))
-            .values(head=bindparam("new"), length=Graph.length + 1, updated_at=bindparam("now"))
+            .values(head=bindparam("new"), length=Graph.length + bindparam("n"), updated_at=bindparam("now"))
             .returning(Graph.length))
 _ADVANCE_FIRST = (update(Graph).where(Graph.iri == bindparam("g"), Graph.head.is_(None))
-                  .values(head=bindparam("new"), length=Graph.length + 1, updated_at=bindparam("now"))
+                  .values(head=bindparam("new"), length=Graph.length + bindparam("n"), updated_at=bindparam("now"))
                   .returning(Graph.length))
 # A local change advances the head only if the graph is not mirrored, decided in the same
 # statement: another process of the hub may have added the mirror a moment ago.
@@ -237,38 +238,44 @@ class Archive:
         now = datetime.now(UTC)
         try:
             with self.db.write() as conn:
-                for patch in patches:
-                    self._append_in(conn, patch, now, local, log_entries)
+                for chain in _chains(patches):
+                    self._append_in(conn, chain, now, local, log_entries)
         except IntegrityError:
             graphs = ", ".join(f"<{p.graph}>" for p in patches)
             raise ConflictError(f"{graphs} changed concurrently; retry with a fresh diff") from None
 
-    def _append_in(self, conn: Any, patch: Archiving, now: datetime, local: bool, log_entries: bool) -> None:
-        if patch.prev is None:
-            conn.execute(self.db.insert(Graph).values(iri=patch.graph, head=None, length=0, created_at=now,
+    def _append_in(self, conn: Any, chain: list[Archiving], now: datetime, local: bool, log_entries: bool) -> None:
+        """Append patches of one graph, each following the one before (a group commit's):
+        the head moves by one compare-and-set from the first's prev to the last, and the rows
+        go in with one statement per table."""
+        first, last = chain[0], chain[-1]
+        graph = first.graph
+        if first.prev is None:
+            conn.execute(self.db.insert(Graph).values(iri=graph, head=None, length=0, created_at=now,
                                                      updated_at=now).on_conflict_do_nothing())
             advance = _ADVANCE_FIRST_LOCAL if local else _ADVANCE_FIRST
-            seq = conn.execute(advance, {"g": patch.graph, "new": patch.id, "now": now}).scalar()
         else:
             advance = _ADVANCE_LOCAL if local else _ADVANCE
-            seq = conn.execute(advance, {"g": patch.graph, "prev": patch.prev, "new": patch.id,
-                                         "now": now}).scalar()
-        if seq is None:
-            if local and conn.execute(_MIRRORED, {"g": patch.graph}).first() is not None:
-                raise read_only(patch.graph)  # rolls back the graph row a first patch made
-            current = conn.execute(_HEAD, {"g": patch.graph}).scalar()
-            raise ConflictError(f"<{patch.graph}> changed concurrently; retry with a fresh diff", current)
-        conn.execute(_INSERT_PATCH, {
-            "id": patch.id, "graph": patch.graph, "seq": seq, "prev": patch.prev,
+        length = conn.execute(advance, {"g": graph, "prev": first.prev, "new": last.id, "n": len(chain),
+                                        "now": now}).scalar()
+        if length is None:
+            if local and conn.execute(_MIRRORED, {"g": graph}).first() is not None:
+                raise read_only(graph)  # rolls back the graph row a first patch made
+            current = conn.execute(_HEAD, {"g": graph}).scalar()
+            raise ConflictError(f"<{graph}> changed concurrently; retry with a fresh diff", current)
+        first_seq = length - len(chain) + 1
+        conn.execute(_INSERT_PATCH, [{
+            "id": patch.id, "graph": graph, "seq": first_seq + i, "prev": patch.prev,
             "prev_key": patch.prev or "", "author": patch.author, "message": patch.message,
             "created": patch.created, "removed": patch.removed, "added": patch.added,
-            "body": patch.body})
+            "body": patch.body} for i, patch in enumerate(chain)])
         if log_entries:
-            conn.execute(_INSERT_LOG, {"graph": patch.graph, "patch_id": patch.id, "body": patch.body})
+            conn.execute(_INSERT_LOG, [{"graph": graph, "patch_id": p.id, "body": p.body} for p in chain])
         else:
-            conn.execute(_INSERT_OUTBOX, {"patch_id": patch.id, "graph": patch.graph})
-        if patch.reacting:
-            conn.execute(_INSERT_REACTION, {"patch_id": patch.id, "graph": patch.graph})
+            conn.execute(_INSERT_OUTBOX, [{"patch_id": p.id, "graph": graph} for p in chain])
+        reacting = [{"patch_id": p.id, "graph": graph} for p in chain if p.reacting]
+        if reacting:
+            conn.execute(_INSERT_REACTION, reacting)
 
     # --- pending reactions (rules) -----------------------------------------------------
     def pending_reactions(self) -> list[tuple[str, str]]:
@@ -313,3 +320,14 @@ class Archive:
     def drop_outbox(self, patch_ids: Iterable[str]) -> None:
         with self.db.session() as session:
             session.execute(delete(Outbox).where(Outbox.patch_id.in_(list(patch_ids))))
+
+
+def _chains(patches: list[Archiving]) -> list[list[Archiving]]:
+    """The patches as runs of one graph, each following the one before, in their order."""
+    chains: list[list[Archiving]] = []
+    for patch in patches:
+        if chains and chains[-1][-1].graph == patch.graph and chains[-1][-1].id == patch.prev:
+            chains[-1].append(patch)
+        else:
+            chains.append([patch])
+    return chains

@@ -11,6 +11,7 @@ outbox again; the log ignores a patch id it already holds (SQL) or consumers dro
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -42,7 +43,7 @@ from lucid_hub.rdf.patch import CURRENT_FORMAT, Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch, write_rdf_patch
 from lucid_hub.signing import SigningKey, TrustedKeys, jwks_of, sign_patch
 from lucid_hub.store import GraphStore
-from lucid_hub.store.graphs import Plan
+from lucid_hub.store.graphs import Chain, Plan
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,10 @@ RELAY_COALESCE = 0.01
 # Compare-and-set attempts of one publish before it answers 409 (processes of one hub take
 # turns by a file lock, see Publisher._writing; this covers other hosts on the database).
 CAS_ATTEMPTS = 5
+# Group commit (Publisher._commit_group): the most publishes, and the most rows (MSGs) of
+# their patches, one database transaction and one store update take together.
+GROUP_JOBS = 256
+GROUP_ROWS = 20_000
 # Files the processes of one hub lock to take turns at changing a graph (graphs share them).
 LOCK_STRIPES = 64
 # Seconds a thread that holds graphs waits for another graph it must lock out of order.
@@ -111,33 +116,110 @@ class MsgCache:
             self._entries.pop(graph, None)
 
 
+class _NeedsFlush(Exception):  # a signal inside the publisher, never an error
+    """A change in a group commit needs the store to hold the group's patches so far."""
+
+
+class _Stale(Exception):
+    """A group commit found the store behind the archive (another process published)."""
+
+
+class _Pending:
+    """A group commit's jobs whose patches are planned (store.Chain: each on the graph as the
+    ones before leave it) but not yet archived or in the store."""
+
+    def __init__(self, chain: Chain) -> None:
+        self.jobs: list[_Job] = []
+        self.chain = chain
+
+    def __bool__(self) -> bool:
+        return bool(self.chain)
+
+
+class _Job:
+    """One publish waiting for a group commit: the change to compute, and its outcome."""
+
+    def __init__(self, compute: Callable[[GraphView], GraphChange | None], author: str, message: str,
+                 if_match: Precondition | None, expect_prev: bool, prev: str | None) -> None:
+        self.compute = compute
+        self.author = author
+        self.message = message
+        self.if_match = if_match
+        self.expect_prev = expect_prev
+        self.prev = prev
+        self.started = time.perf_counter()
+        self.done = False
+        self.patch: Patch | None = None
+        self.error: BaseException | None = None
+
+    def finish(self, patch: Patch | None = None, error: BaseException | None = None) -> None:
+        self.patch, self.error, self.done = patch, error, True
+
+    def result(self) -> Patch | None:
+        if self.error is not None:
+            raise self.error
+        return self.patch
+
+
 class GraphView:
     """A graph's current content as a change computation sees it: whole (from the cache or
-    read from the store) or one triple at a time, so small changes never read a large graph."""
+    read from the store) or one triple at a time, so small changes never read a large graph.
+    In a group commit it also sees the group's patches the store does not hold yet."""
 
-    def __init__(self, store: GraphStore, graph: str, version: str | None, cache: MsgCache) -> None:
-        self.store = store
+    def __init__(self, store: GraphStore, graph: str, version: str | None, cache: MsgCache,
+                 pending: Chain | None = None) -> None:
+        self._store = store
         self.graph = graph
         self.version = version
         self.exists = version is not None
         self.cache = cache
+        self._pending = pending
         self._msgs: GraphMsgs | None = None
+
+    @property
+    def store(self) -> GraphStore:
+        """The store, for what the view does not offer (it must be at the view's version)."""
+        if self._pending:
+            raise _NeedsFlush
+        return self._store
 
     def msgs(self) -> GraphMsgs:
         """The graph's MSGs. The caller must not change them (they may be the cache's)."""
+        if self._pending:
+            raise _NeedsFlush
         if self._msgs is None:
             if not self.exists:
                 self._msgs = GraphMsgs()
             else:
                 self._msgs = self.cache.get(self.graph, self.version)
                 if self._msgs is None:
-                    self._msgs = self.store.graph_msgs(self.graph)
+                    self._msgs = self._store.graph_msgs(self.graph)
                     assert self.version is not None
                     self.cache.put(self.graph, self.version, self._msgs)
         return self._msgs
 
+    def holding(self, statements: Iterable[str]) -> set[str]:
+        """Those of the ground triples the graph holds (`contains` for many)."""
+        found: set[str] = set()
+        ask: Iterable[str] = statements
+        if self._pending:
+            ask = []
+            for statement in statements:
+                pending = self._pending.touched(statement)
+                if pending is None:
+                    ask.append(statement)
+                elif pending:
+                    found.add(statement)
+        if self.exists:
+            found |= self._store.holding(self.graph, ask)
+        return found
+
     def contains(self, statement: str) -> bool:
-        return self.exists and self.store.contains(self.graph, statement)
+        if self._pending:
+            pending = self._pending.touched(statement)
+            if pending is not None:
+                return pending
+        return self.exists and self._store.contains(self.graph, statement)
 
 
 class Publisher:
@@ -148,7 +230,8 @@ class Publisher:
                  cache_statements: int = 2_000_000, metrics: Metrics | None = None,
                  lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT,
                  read_only: Callable[[str], bool] = lambda _graph: False,
-                 announce: Callable[[Patch], None] = lambda _patch: None, relay: bool = True) -> None:
+                 announce: Callable[[Patch], None] = lambda _patch: None, relay: bool = True,
+                 group_commit: bool = True) -> None:
         """`read_only` says which graphs change only through another hub (mirrors: local
         changes are refused); `announce` hears of each archived patch (the patch stream's
         announce: it must not raise or block); `relay`: this process moves outbox rows to
@@ -186,6 +269,10 @@ class Publisher:
         self.will_react: Callable[[Patch], bool] = lambda _patch: False
         self._holding = threading.local()  # the graphs (and lock stripes) this thread holds
         self._lock_plans: dict[frozenset[str], tuple[tuple[str, ...], list[threading.Lock]]] = {}
+        # Publishes of a graph waiting for its lock, committed in groups by whichever thread
+        # takes it (Publisher.publish); off: one transaction per patch, as before.
+        self.group_commit = group_commit
+        self._queues: dict[str, collections.deque[_Job]] = {}
 
     def _held(self, graph: str) -> Callable[[str], Iterable[int]] | None:
         """For a format-2 patch of `graph`: the occurrences of an MSG its store holds."""
@@ -232,47 +319,192 @@ class Publisher:
         change is computed again (up to CAS_ATTEMPTS times, then 409).
         """
         self._check_writable(graph)
-        started = time.perf_counter()
+        job = _Job(compute, author, message, if_match, expect_prev, prev)
+        if self.group_commit and not self.locks_for(graph):
+            queue = self._queue(graph)
+            queue.append(job)
+            with self.writing((graph,)):
+                if not job.done:  # else a thread that held the lock before this one published it
+                    self._commit_group(graph, queue)
+            return job.result()
         with self.writing(self._lock_set(graph)):
-            for attempt in range(CAS_ATTEMPTS):
-                caught_up = attempt > 0
-                head = self.store.version(graph)
-                stale = (if_match is not None and not if_match(head)) or (expect_prev and prev != head)
-                if stale and not caught_up:
-                    self._sync(graph)  # the store may be behind: decide on the archive's head
-                    continue
-                if if_match is not None and not if_match(head):
-                    raise PreconditionFailedError(f"<{graph}> is at version {head or '(none)'}, which the request's "
-                                                  "precondition (If-Match / If-None-Match) does not accept", head)
-                if expect_prev and prev != head:
-                    raise ConflictError(f"patch follows {prev or 'nothing'}, but <{graph}> is at {head}", head)
-                change = compute(GraphView(self.store, graph, head, self.cache))
-                if change is None or change.is_empty:
-                    if not caught_up and self._sync(graph):
-                        continue  # "no change" against a stale store is no answer
-                    return None
-                with gcpause.paused_for(len(change.removed) + len(change.added)):
-                    unsigned = change.to_patch(head, author=author, message=message, held=self._held(graph))
-                    patch = sign_patch(unsigned, self.key)
-                    plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
-                    try:
-                        self._append(patch, local=True)
-                    except MirroredGraphError:
+            self._commit_alone(graph, job)
+        return job.result()
+
+    def _commit_alone(self, graph: str, job: _Job) -> None:
+        """Publish one change by itself (a graph rules react to: each patch's reaction runs
+        before the next patch is computed)."""
+        for attempt in range(CAS_ATTEMPTS):
+            caught_up = attempt > 0
+            head = self.store.version(graph)
+            stale = (job.if_match is not None and not job.if_match(head)) or (job.expect_prev and job.prev != head)
+            if stale and not caught_up:
+                self._sync(graph)  # the store may be behind: decide on the archive's head
+                continue
+            self._check_precondition(graph, job, head)
+            change = job.compute(GraphView(self.store, graph, head, self.cache))
+            if change is None or change.is_empty:
+                if not caught_up and self._sync(graph):
+                    continue  # "no change" against a stale store is no answer
+                job.finish(None)
+                return
+            with gcpause.paused_for(len(change.removed) + len(change.added)):
+                unsigned = change.to_patch(head, author=job.author, message=job.message, held=self._held(graph))
+                patch = sign_patch(unsigned, self.key)
+                plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
+                try:
+                    self._append(patch, local=True)
+                except MirroredGraphError:
+                    raise
+                except ConflictError:
+                    if attempt + 1 == CAS_ATTEMPTS:
                         raise
-                    except ConflictError:
-                        if attempt + 1 == CAS_ATTEMPTS:
-                            raise
-                        self._sync(graph)
-                        continue
-                    _crash_point("after-archive-commit", graph)
-                    self.store.apply(patch, plan)
-                    self.cache.advance(patch)
-                break
-            self.metrics.publish_seconds.observe(time.perf_counter() - started)
-            self._outbox_changed()
-            self._published(patch, "published")
-            self._react(patch)
-        return patch
+                    self._sync(graph)
+                    continue
+                _crash_point("after-archive-commit", graph)
+                self.store.apply(patch, plan)
+                self.cache.advance(patch)
+            break
+        self.metrics.publish_seconds.observe(time.perf_counter() - job.started)
+        self._outbox_changed()
+        self._published(patch, "published")
+        self._react(patch)
+        job.finish(patch)
+
+    @staticmethod
+    def _check_precondition(graph: str, job: _Job, head: str | None) -> None:
+        if job.if_match is not None and not job.if_match(head):
+            raise PreconditionFailedError(f"<{graph}> is at version {head or '(none)'}, which the request's "
+                                          "precondition (If-Match / If-None-Match) does not accept", head)
+        if job.expect_prev and job.prev != head:
+            raise ConflictError(f"patch follows {job.prev or 'nothing'}, but <{graph}> is at {head}", head)
+
+    def _queue(self, graph: str) -> collections.deque[_Job]:
+        queue = self._queues.get(graph)
+        if queue is None:
+            with self._locks_guard:
+                queue = self._queues.setdefault(graph, collections.deque())
+        return queue
+
+    def _commit_group(self, graph: str, queue: collections.deque[_Job]) -> None:
+        """Group commit (under the graph's lock): publish every change waiting for the graph,
+        each its own signed patch chained to the one before, in as few database transactions
+        and store updates as their content allows (usually one of each). A change that needs
+        the store to hold the group's patches so far (a whole-graph diff, a blank-node MSG or
+        typed literal the group touched) ends the group there and starts the next.
+
+        Nothing is acknowledged before it is archived and in the store; a job's own failure
+        (its precondition, its content) is its own; a failure of the commit is every job's."""
+        jobs: list[_Job] = []
+        while queue and len(jobs) < GROUP_JOBS:
+            jobs.append(queue.popleft())
+        try:
+            for attempt in range(CAS_ATTEMPTS):
+                try:
+                    self._group_round(graph, [job for job in jobs if not job.done], synced=attempt > 0)
+                    return
+                except _Stale:
+                    self._sync(graph)
+            error: BaseException = ConflictError(f"<{graph}> kept changing concurrently, {CAS_ATTEMPTS} times; "
+                                                 "retry", self.store.version(graph))
+        except Exception as exc:  # every job not yet published hears of it (its thread raises it)
+            error = exc
+        for job in jobs:
+            if not job.done:
+                job.finish(error=error)
+
+    def _group_round(self, graph: str, jobs: list[_Job], *, synced: bool) -> None:
+        """Compute and commit the jobs, group by group. _Stale when the store turns out to be
+        behind the archive (another process published): sync and run the jobs not done again."""
+        head = start = self.store.version(graph)
+        pending = _Pending(self.store.chain(graph, head))
+        outcomes: list[tuple[_Job, BaseException | None]] = []  # decided, told after the commit
+
+        def doubt() -> None:
+            """An answer that a stale store could make wrong (a precondition that fails, no
+            change): the store must be at the archive's head (checked once per round)."""
+            nonlocal synced
+            if not synced and not pending:
+                if self.archive.current_head(graph) != start:
+                    raise _Stale
+                synced = True
+            # (with patches pending, the commit's compare-and-set finds a stale store out)
+
+        def commit() -> None:
+            nonlocal start, synced
+            if pending:
+                self._commit_pending(graph, pending)
+                start, synced = head, True  # (its compare-and-set found the archive at the store's head)
+            for job, error in outcomes:
+                job.finish(error=error)  # (no patch: a precondition, no change, or its content)
+            outcomes.clear()
+            for job, (patch, _plan) in zip(pending.jobs, pending.chain.planned, strict=True):
+                self.metrics.publish_seconds.observe(time.perf_counter() - job.started)
+                self._published(patch, "published")
+                self._react(patch)
+                job.finish(patch)
+
+        index = 0
+        while index < len(jobs):
+            job = jobs[index]
+            try:
+                patch = self._group_job(graph, job, head, pending, doubt)
+            except _NeedsFlush:  # (raised only while patches are pending)
+                commit()
+                pending = _Pending(self.store.chain(graph, head))
+                continue
+            except (_Stale, MirroredGraphError):
+                raise
+            except Exception as exc:  # the job's own (its precondition, its content): the others go on
+                outcomes.append((job, exc))
+                index += 1
+                continue
+            if patch is None:
+                outcomes.append((job, None))
+            else:
+                pending.jobs.append(job)
+                head = patch.id
+            index += 1
+            if pending.chain.rows >= GROUP_ROWS:
+                commit()
+                pending = _Pending(self.store.chain(graph, head))
+        commit()
+
+    def _group_job(self, graph: str, job: _Job, head: str | None, pending: _Pending,
+                   doubt: Callable[[], None]) -> Patch | None:
+        """One job of a group: its patch on top of `head`, planned in the group's chain (None:
+        no change)."""
+        if (job.if_match is not None and not job.if_match(head)) or (job.expect_prev and job.prev != head):
+            doubt()
+            self._check_precondition(graph, job, head)
+        chain = pending.chain
+        change = job.compute(GraphView(self.store, graph, head, self.cache, chain))
+        if change is None or change.is_empty:
+            doubt()
+            return None
+        if chain and len(change.removed) + len(change.added) + chain.rows > GROUP_ROWS:
+            raise _NeedsFlush  # a large change goes by itself (the store bulk-loads it)
+        held = None if self.patch_format == 1 else (lambda digest: chain.held(digest).keys())
+        with gcpause.paused_for(len(change.removed) + len(change.added)):
+            patch = sign_patch(change.to_patch(head, author=job.author, message=job.message, held=held), self.key)
+            chain.plan(patch)  # a patch the store cannot apply is never archived
+            return patch
+
+    def _commit_pending(self, graph: str, pending: _Pending) -> None:
+        """Archive the group's patches in one transaction and apply them in one store update."""
+        patches = [patch for patch, _plan in pending.chain.planned]
+        try:
+            self._append_all(patches, local=True)
+        except MirroredGraphError:
+            raise
+        except ConflictError:
+            raise _Stale from None
+        _crash_point("after-archive-commit", graph)
+        self.store.apply_all(pending.chain.planned)
+        self.metrics.publish_group.observe(len(patches))
+        for patch in patches:
+            self.cache.advance(patch)
+        self._outbox_changed()
 
     def publish_all(self, changes: Mapping[str, Callable[[GraphView], GraphChange | None]],
                     versions: dict[str, str | None], *, author: str, message: str) -> list[Patch]:
@@ -346,7 +578,7 @@ class Publisher:
         """POST: `new` is added; its blank nodes are new nodes (RDF merge)."""
         def compute(view: GraphView) -> GraphChange:
             # Only the ground triples need a look at the graph: blank nodes in a merge are new.
-            ground = {s for s in new.ground if not view.contains(s)}
+            ground = new.ground - view.holding(new.ground)
             return GraphChange(graph, (), tuple(GraphMsgs(ground, new.blank).msgs()))
         return self.publish(graph, compute, **kwargs)
 
@@ -384,6 +616,54 @@ class Publisher:
         if patch.signature is None:
             raise PatchSignatureError(f"patch {patch.id} is not signed")
         return self._archive_as_is(patch, sync, origin="mirrored")
+
+    def archive_verified_chain(self, patches: list[Patch], sync: bool = True) -> None:
+        """`archive_verified` for patches of one graph, each following the one before (a page
+        of a mirror's catch-up): archived and applied in groups, as a group commit does —
+        one database transaction and one store update for as many as their content allows
+        (a patch touching what only the store knows of the group's patches starts the next).
+        A graph rules react to takes them one by one (each reaction before the next patch)."""
+        if not patches:
+            return
+        graph = patches[0].graph
+        for patch in patches:
+            if patch.signature is None:
+                raise PatchSignatureError(f"patch {patch.id} is not signed")
+        if self.locks_for(graph):
+            for index, patch in enumerate(patches):
+                self._archive_as_is(patch, sync and index == 0, origin="mirrored")
+            return
+        with self.writing((graph,)):
+            if sync:
+                self._sync(graph)
+            chain = self.store.chain(graph, self.store.version(graph))
+            for patch in patches:
+                if patch.graph != graph or patch.prev != chain.version:
+                    raise ConflictError(f"patch follows {patch.prev or 'nothing'}, but <{graph}> is at "
+                                        f"{chain.version}", chain.version)
+                rows = len(patch.removed) + len(patch.added)
+                if chain and chain.rows + rows > GROUP_ROWS:
+                    self._commit_mirrored(graph, chain)
+                    chain = self.store.chain(graph, chain.version)
+                with gcpause.paused_for(rows):
+                    chain.plan(patch)
+            self._commit_mirrored(graph, chain)
+
+    def _commit_mirrored(self, graph: str, chain: Chain) -> None:
+        if not chain:
+            return
+        patches = [patch for patch, _plan in chain.planned]
+        self._append_all(patches, local=False)
+        _crash_point("after-archive-commit", graph)
+        self.store.apply_all(chain.planned)
+        self.metrics.publish_group.observe(len(patches))
+        for patch in patches:
+            self.cache.advance(patch)
+        self._outbox_changed()
+        for patch in patches:
+            self._published(patch, "mirrored")
+        for patch in patches:
+            self._react(patch)
 
     def forget(self, graph: str) -> None:
         """Drop a graph from the store (its archive rows are the caller's): a mirror re-clones."""

@@ -116,8 +116,11 @@ class Forms:
     """The forms of typed literals of one graph as a patch changes them, and what that
     takes in the store: native triples removed and added, records removed and added."""
 
-    def __init__(self, store: Any, graph: str, natives: dict[str, str], exists: bool = True) -> None:
+    def __init__(self, store: Any, graph: str, natives: dict[str, str], exists: bool = True,
+                 known: dict[tuple[str, str, str], set[str]] | None = None) -> None:
+        """`known`: forms of some keys as earlier patches not yet in the store leave them."""
         self.store = store
+        self.known = known
         self.graph = ox.NamedNode(graph)
         self.lexical = lexical_graph(graph)
         self.natives = natives
@@ -130,7 +133,9 @@ class Forms:
         current = self._current.get(k)
         if current is None:
             present: frozenset[str] = frozenset()
-            if self.exists:
+            if self.known is not None and k in self.known:
+                present = frozenset(self.known[k])
+            elif self.exists:
                 s, p, o = _triple(subject, predicate, native)
                 if ox.Quad(s, p, o, self.graph) in self.store:
                     recorded = {q.object.value for q in self.store.quads_for_pattern(
@@ -154,6 +159,10 @@ class Forms:
     def add(self, statement: str) -> None:
         subject, predicate, obj = terms(statement)
         self._forms(subject, predicate, self.natives[obj]).add(obj)
+
+    def current(self) -> dict[tuple[str, str, str], set[str]]:
+        """The forms of each key the patch looked at, after it (a copy)."""
+        return {k: set(v) for k, v in self._current.items()}
 
     def changes(self) -> tuple[list[str], list[str], list[str], list[str]]:
         """(native statements to delete, to insert, record statements to delete, to insert)."""

@@ -1,0 +1,304 @@
+"""Group commit: concurrent publishes of a graph share a database transaction and a store
+update, each still its own signed patch chained to the one before, and each change sees
+exactly the patches committed before it in the group (Publisher._commit_group)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lucid_hub.config import Settings
+from lucid_hub.diff import GraphChange
+from lucid_hub.errors import ConflictError, InputError, PreconditionFailedError
+from lucid_hub.publish.publisher import GraphView, Publisher
+from lucid_hub.rdf.apply import GraphReplica
+from lucid_hub.rdf.msg import Msg, graph_msgs
+from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.runtime import Runtime
+from tests.conftest import assert_consistent, parse_nt
+
+G = "http://example.org/graphs/kpis"
+INT = "<http://www.w3.org/2001/XMLSchema#integer>"
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, db_url: str) -> Iterator[Runtime]:
+    rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": db_url}))
+    try:
+        yield rt
+    finally:
+        rt.close()
+
+
+def statements(text: str) -> tuple[Msg, ...]:
+    """The MSGs of an N-Triples text (each as `GraphChange` takes them)."""
+    from lucid_hub.rdf.canon import Canonicalizer
+
+    with Canonicalizer() as canon:
+        return tuple(graph_msgs(parse_nt(text), canon).msgs())
+
+
+def replayed(runtime: Runtime, graph: str) -> list[str]:
+    """The graph rebuilt from its archived patches alone (what a mirror would hold)."""
+    replica = GraphReplica([], runtime.canonicalizer)
+    for record in runtime.archive.history(graph):
+        replica.apply(read_rdf_patch(record.body, runtime.canonicalizer))
+    return sorted(replica.statements())
+
+
+def group_sizes(publisher: Publisher) -> tuple[float, float]:
+    """(groups committed, patches in them) as the metrics count them."""
+    samples = {s.name: s.value for metric in publisher.metrics.publish_group.collect() for s in metric.samples}
+    return samples["lucid_publish_group_patches_count"], samples["lucid_publish_group_patches_sum"]
+
+
+class Gate:
+    """Holds a graph's lock while publishing threads queue up behind it, then lets one of
+    them commit everything queued as one group."""
+
+    def __init__(self, publisher: Publisher, graph: str) -> None:
+        self.publisher, self.graph = publisher, graph
+        self.threads: list[threading.Thread] = []
+        self.results: dict[str, Patch | BaseException | None] = {}
+
+    def publish(self, name: str, compute: Callable[[GraphView], GraphChange | None], **kwargs: object) -> None:
+        """Start a thread publishing `compute`, and wait until it has queued (order = call order)."""
+        queue = self.publisher._queue(self.graph)
+        queued = len(queue)
+
+        def run() -> None:
+            try:
+                self.results[name] = self.publisher.publish(self.graph, compute, author=name, message=name,
+                                                            **kwargs)  # type: ignore[arg-type]
+            except BaseException as exc:  # asserted by the test
+                self.results[name] = exc
+
+        thread = threading.Thread(target=run, name=name)
+        self.threads.append(thread)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while len(queue) == queued:  # a condition with a deadline, not a sleep: it queues in microseconds
+            assert time.monotonic() < deadline, f"{name} never queued"
+            time.sleep(0.001)
+
+    def release(self) -> None:
+        for thread in self.threads:
+            thread.join(timeout=30)
+            assert not thread.is_alive()
+
+
+def change(graph: str, removed: str = "", added: str = "") -> Callable[[GraphView], GraphChange]:
+    gone, came = statements(removed) if removed else (), statements(added) if added else ()
+    return lambda _view: GraphChange(graph, gone, came)
+
+
+def merge(graph: str, added: str) -> Callable[[GraphView], GraphChange]:
+    """Add what the graph does not hold yet (as POST does)."""
+    came = statements(added)
+    return lambda view: GraphChange(graph, (), tuple(m for m in came if not view.contains(m.nquads[:-3])))
+
+
+def test_changes_queued_behind_a_lock_commit_as_one_group_each_seeing_the_ones_before(runtime: Runtime) -> None:
+    publisher = runtime.publisher
+    first = publisher.publish(G, change(G, added='<http://ex/a> <http://ex/v> "1" .\n'), author="t", message="")
+    assert first is not None
+    groups_before, patches_before = group_sizes(publisher)
+    seen: dict[str, bool] = {}
+
+    def remove_if_there(view: GraphView) -> GraphChange | None:
+        seen["b sees a2"] = view.contains('<http://ex/a> <http://ex/v> "2"')
+        seen["b sees a1"] = view.contains('<http://ex/a> <http://ex/v> "1"')
+        return GraphChange(G, statements('<http://ex/a> <http://ex/v> "2" .\n'), ())
+
+    def after_removal(view: GraphView) -> GraphChange | None:
+        seen["c sees a2"] = view.contains('<http://ex/a> <http://ex/v> "2"')
+        return None
+
+    def refuse(_view: GraphView) -> GraphChange:
+        raise InputError("not RDF")
+
+    gate = Gate(publisher, G)
+    with publisher.writing((G,)):
+        gate.publish("a", change(G, added='<http://ex/a> <http://ex/v> "2" .\n'))
+        gate.publish("b", remove_if_there)
+        gate.publish("c", after_removal)
+        gate.publish("stale", change(G, added='<http://ex/x> <http://ex/v> "x" .\n'), if_match=lambda h: h == first.id)
+        gate.publish("bad", refuse)
+        gate.publish("d", change(G, added='<http://ex/d> <http://ex/v> "4" .\n'))
+    gate.release()
+
+    a, b, c, stale, bad, d = (gate.results[n] for n in ("a", "b", "c", "stale", "bad", "d"))
+    assert isinstance(a, Patch) and isinstance(b, Patch) and isinstance(d, Patch)
+    assert (a.prev, b.prev, d.prev) == (first.id, a.id, b.id)  # one chain, in queue order
+    assert seen == {"b sees a2": True, "b sees a1": True, "c sees a2": False}
+    assert c is None
+    assert isinstance(stale, PreconditionFailedError)  # its own failure; the others went on
+    assert isinstance(bad, InputError)
+    assert group_sizes(publisher) == (groups_before + 1, patches_before + 3)  # one transaction, one update
+    assert [r.id for r in runtime.archive.history(G)] == [first.id, a.id, b.id, d.id]
+    assert sorted(publisher.store.statements(G)) == replayed(runtime, G) == [
+        '<http://ex/a> <http://ex/v> "1"', '<http://ex/d> <http://ex/v> "4"']
+    assert_consistent(runtime)
+
+
+def test_typed_literals_and_blank_nodes_are_planned_on_the_group_and_a_whole_graph_change_ends_it(
+        runtime: Runtime) -> None:
+    publisher = runtime.publisher
+    base = publisher.publish(G, change(G, added=f'<http://ex/q> <http://ex/qty> "1"^^{INT} .\n'), author="t",
+                             message="")
+    assert base is not None
+    groups_before, patches_before = group_sizes(publisher)
+    blank = '<http://ex/o> <http://ex/line> _:l .\n_:l <http://ex/qty> "3" .\n'
+    gate = Gate(publisher, G)
+    with publisher.writing((G,)):
+        # one value in two lexical forms on one subject and predicate: the store records the
+        # forms, and the second change is planned on the forms the first one leaves
+        gate.publish("typed", change(G, added=f'<http://ex/q> <http://ex/qty> "01"^^{INT} .\n'))
+        gate.publish("typed again", change(G, removed=f'<http://ex/q> <http://ex/qty> "1"^^{INT} .\n'))
+        gate.publish("blank", change(G, added=blank))
+        gate.publish("blank again", change(G, added=blank))  # a second copy: occurrence 1, after the first
+        gate.publish("blank gone", change(G, removed=blank))  # the highest occurrence goes: the second one
+        gate.publish("whole graph", lambda view: GraphChange(G, (), statements(
+            "".join(f"{s} .\n" for s in view.msgs().ground if "qty" in s).replace("/q>", "/r>"))))
+    gate.release()
+
+    results = gate.results
+    assert all(isinstance(r, Patch) for r in results.values()), results
+    # [typed, typed again, blank, blank again, blank gone] then [whole graph]: it needs the store
+    assert group_sizes(publisher) == (groups_before + 2, patches_before + 6)
+    again, gone = results["blank again"], results["blank gone"]
+    assert isinstance(again, Patch) and again.added_occurrences == (1,)
+    assert isinstance(gone, Patch) and gone.removed_occurrences == (1,)
+    whole = results["whole graph"]
+    assert isinstance(whole, Patch) and [m.nquads for m in whole.added] == [
+        f'<http://ex/r> <http://ex/qty> "01"^^{INT} .\n']
+    assert sorted(publisher.store.statements(G)) == replayed(runtime, G)
+    assert len(replayed(runtime, G)) == 4  # q "01", one copy of the blank structure, r "01"
+    assert f'<http://ex/q> <http://ex/qty> "01"^^{INT}' in replayed(runtime, G)
+    assert f'<http://ex/q> <http://ex/qty> "1"^^{INT}' not in replayed(runtime, G)
+    assert_consistent(runtime)
+
+
+def test_many_concurrent_publishers_keep_one_chain_and_the_store_equals_the_archive(runtime: Runtime) -> None:
+    publisher = runtime.publisher
+    errors: list[BaseException] = []
+    made: list[Patch] = []
+    groups_before, patches_before = group_sizes(publisher)  # (the hub's own policy graph, at start)
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(25):
+                text = (f'<http://ex/k{i % 5}> <http://ex/by{n}> "{i}" .\n'
+                        f'<http://ex/k{i % 5}> <http://ex/n> "{i % 3}"^^{INT} .\n'
+                        f'<http://ex/k{i % 5}> <http://ex/at> _:b .\n_:b <http://ex/w> "{n}" .\n')
+                patch = publisher.merge(G, graph_msgs(parse_nt(text), runtime.canonicalizer), author=f"w{n}",
+                                        message=str(i))
+                if patch is not None:
+                    made.append(patch)
+                if i % 10 == 9:  # now and then a whole-graph change among the small ones
+                    patch = publisher.drop(G, author=f"w{n}", message="drop")
+                    if patch is not None:
+                        made.append(patch)
+        except BaseException as exc:  # asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    history = [r.id for r in runtime.archive.history(G)]
+    assert sorted(history) == sorted(p.id for p in made)  # every acknowledged patch archived, nothing else
+    groups, patches = group_sizes(publisher)
+    assert patches - patches_before == len(made) and groups - groups_before < len(made)  # some shared a commit
+    assert sorted(publisher.store.statements(G)) == replayed(runtime, G)
+    assert_consistent(runtime)
+
+
+def test_a_store_behind_the_archive_is_caught_up_before_a_group_is_decided(tmp_path: Path, db_url: str) -> None:
+    # Two runtimes = two hub processes on one database, each its own store.
+    env = {"LUCID_DATABASE_URL": db_url}
+    a = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "a"), **env}))
+    b = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "b"), **env}))
+    x = '<http://ex/a> <http://ex/v> "1" .\n'
+    try:
+        first = a.publisher.publish(G, change(G, added=x), author="a", message="")
+        assert first is not None
+        assert b.publisher.store.version(G) is None  # b has not seen it
+        # A precondition that only b's stale store fails: b catches up and it holds.
+        gate = Gate(b.publisher, G)
+        with b.publisher.writing((G,)):
+            gate.publish("if-match", change(G, added='<http://ex/b> <http://ex/v> "2" .\n'),
+                         if_match=lambda head: head == first.id)
+        gate.release()
+        made = gate.results["if-match"]
+        assert isinstance(made, Patch) and made.prev == first.id
+        # "No change" that only b's stale store sees: a removed x meanwhile, so adding it is a change.
+        removal = a.publisher.publish(G, change(G, removed=x), author="a", message="")
+        assert removal is not None and b.publisher.store.version(G) == made.id
+        gate = Gate(b.publisher, G)
+        with b.publisher.writing((G,)):
+            gate.publish("again", merge(G, x))
+        gate.release()
+        again = gate.results["again"]
+        assert isinstance(again, Patch) and again.prev == removal.id and [m.nquads for m in again.added] == [x]
+        assert sorted(b.publisher.store.statements(G)) == replayed(b, G)
+        assert_consistent(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_group_commit_off_publishes_one_patch_per_transaction(tmp_path: Path) -> None:
+    rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_GROUP_COMMIT": "false"}))
+    try:
+        assert rt.publisher.group_commit is False
+        patch = rt.publisher.publish(G, change(G, added='<http://ex/a> <http://ex/v> "1" .\n'), author="a",
+                                     message="")
+        assert patch is not None and group_sizes(rt.publisher) == (0, 0)
+        assert rt.publisher.store.statements(G) == replayed(rt, G)
+    finally:
+        rt.close()
+
+
+def test_a_mirror_archives_a_verified_chain_in_groups_and_ends_up_with_the_publishers_graph(
+        tmp_path: Path, db_url: str) -> None:
+    publisher = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "publisher")}))
+    mirror = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "mirror"),
+                                             "LUCID_DATABASE_URL": db_url}))
+    blank = '<http://ex/o> <http://ex/line> _:l .\n_:l <http://ex/qty> "3" .\n'
+    steps = [  # each a patch; several touch what an earlier one in the same page changed
+        change(G, added=f'<http://ex/a> <http://ex/v> "1" .\n<http://ex/q> <http://ex/n> "1"^^{INT} .\n'),
+        change(G, added='<http://ex/b> <http://ex/v> "2" .\n'),
+        change(G, removed='<http://ex/a> <http://ex/v> "1" .\n'),  # removes what the first added
+        change(G, added=f'<http://ex/q> <http://ex/n> "01"^^{INT} .\n'),  # typed, same subject and predicate
+        change(G, added=blank),
+        change(G, added=blank),  # a second copy of a blank-node MSG
+        change(G, removed=blank),
+        change(G, added='<http://ex/a> <http://ex/v> "1" .\n'),  # back again
+    ]
+    try:
+        made = [publisher.publisher.publish(G, step, author="p", message=str(i)) for i, step in enumerate(steps)]
+        patches = [read_rdf_patch(r.body, mirror.canonicalizer) for r in publisher.archive.history(G)]
+        assert [p.id for p in patches] == [p.id for p in made if p is not None]
+        groups_before, patches_before = group_sizes(mirror.publisher)
+        mirror.publisher.archive_verified_chain(patches[:5])
+        mirror.publisher.archive_verified_chain(patches[5:], sync=False)
+        groups, count = group_sizes(mirror.publisher)
+        assert count - patches_before == len(patches) and groups - groups_before < len(patches)
+        assert sorted(mirror.publisher.store.statements(G)) == sorted(publisher.publisher.store.statements(G))
+        assert [r.id for r in mirror.archive.history(G)] == [p.id for p in patches]  # their ids, in order
+        assert_consistent(mirror)
+        # A chain that does not follow the head changes nothing.
+        with pytest.raises(ConflictError):
+            mirror.publisher.archive_verified_chain(patches[2:4])
+        assert mirror.archive.current_head(G) == patches[-1].id
+    finally:
+        publisher.close()
+        mirror.close()
