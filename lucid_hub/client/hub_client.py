@@ -11,9 +11,11 @@ publisher's to choose.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from queue import Full, Queue
+from typing import IO, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import requests
@@ -31,6 +33,51 @@ from lucid_hub.errors import (
 TIMEOUT = 30.0
 LDP_INBOX = "http://www.w3.org/ns/ldp#inbox"
 BULK_TIMEOUT = 3600.0  # a bulk upload or download of a large graph
+
+
+T = TypeVar("T")
+
+
+def prefetched(items: Iterator[T], ahead: int = 2) -> Iterator[T]:
+    """`items`, produced up to `ahead` in advance by a thread of their own (pages of a remote
+    archive are fetched while the ones before are applied). What the producer raises is
+    raised here, in order; leaving the loop early stops it."""
+    queue: Queue[tuple[bool, Any]] = Queue(maxsize=ahead)
+    stopped = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stopped.is_set():
+                    try:
+                        queue.put((True, item), timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stopped.is_set():
+                    return
+            outcome: tuple[bool, Any] = (False, None)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            outcome = (False, exc)
+        while not stopped.is_set():
+            try:
+                queue.put(outcome, timeout=0.1)
+                return
+            except Full:
+                continue
+
+    thread = threading.Thread(target=produce, name="lucid-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, value = queue.get()
+            if not more:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        stopped.set()  # the producer ends after the item in hand (not waited for: it may be a request)
 
 
 def same_origin(url: str, base: str) -> bool:

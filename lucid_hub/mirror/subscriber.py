@@ -32,7 +32,7 @@ from sqlalchemy import delete, or_, select, update
 
 from lucid_hub import nesting, outbound
 from lucid_hub.archive import Archive
-from lucid_hub.client import HubClient, client_credentials_token, discover, fetch_jwks
+from lucid_hub.client import HubClient, client_credentials_token, discover, fetch_jwks, prefetched
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Mirror, Quarantined
 from lucid_hub.db.session import Database
@@ -209,6 +209,8 @@ class Archiver(Protocol):
     graph's content."""
 
     def archive_verified(self, patch: Patch, sync: bool = True) -> Patch: ...
+
+    def archive_verified_chain(self, patches: list[Patch], sync: bool = True) -> None: ...
 
     def content(self, graph: str, version: str | None = None) -> tuple[str | None, list[str]]: ...
 
@@ -500,27 +502,34 @@ class MirrorService:
         publisher = self._publisher(row)
         applied = 0
         try:
-            for page in publisher.archive_pages(row.graph, head):
-                done_before = applied
-                try:
-                    for item in page.get("patches", []):
-                        body = str(item["body"]).encode("utf-8")
-                        try:
-                            patch = verify_patch_bytes(body, trusted, self.canonicalizer)
-                        except (PatchVerificationError, InputError) as exc:
-                            self._quarantine(mirror_id, item.get("id"), body, f"not verified (catch-up): {exc}")
-                            return applied
-                        if patch.graph == row.graph and patch.prev == head:  # the next one (the head is
-                            # tracked here, not re-read; the store is synced before the first one)
-                            self.publisher.archive_verified(patch, sync=applied == 0)
-                            head = patch.id
-                            applied += 1
-                        elif not self._known(patch.id):
-                            self._quarantine(mirror_id, patch.id, body, f"catch-up: the patch follows "
-                                             f"{patch.prev}, our head is {head}")
-                            return applied
-                finally:  # the page's count in one statement
-                    self._count_applied(mirror_id, applied - done_before)
+            # The next page is fetched while this one is verified and applied; each page's
+            # patches are verified one by one in chain order, and what verified is archived
+            # and applied in groups (Publisher.archive_verified_chain) before what did not is
+            # quarantined.
+            for page in prefetched(publisher.archive_pages(row.graph, head)):
+                chain: list[Patch] = []
+                refused: tuple[str | None, bytes, str] | None = None
+                for item in page.get("patches", []):
+                    body = str(item["body"]).encode("utf-8")
+                    try:
+                        patch = verify_patch_bytes(body, trusted, self.canonicalizer)
+                    except (PatchVerificationError, InputError) as exc:
+                        refused = (item.get("id"), body, f"not verified (catch-up): {exc}")
+                        break
+                    if patch.graph == row.graph and patch.prev == (chain[-1].id if chain else head):
+                        chain.append(patch)  # the next one (the head is tracked here, not re-read)
+                    elif not self._known(patch.id):
+                        refused = (patch.id, body, f"catch-up: the patch follows {patch.prev}, our head is "
+                                   f"{chain[-1].id if chain else head}")
+                        break
+                if chain:  # (the store is synced before the first page)
+                    self.publisher.archive_verified_chain(chain, sync=applied == 0)
+                    head = chain[-1].id
+                    applied += len(chain)
+                    self._count_applied(mirror_id, len(chain))  # the page's count in one statement
+                if refused is not None:
+                    self._quarantine(mirror_id, *refused)
+                    return applied
         except RemoteRefusedError as exc:
             if exc.status == 404 and head is not None and applied == 0:
                 log.warning("mirror of <%s>: the publisher's archive does not hold our head %s: re-cloning",
