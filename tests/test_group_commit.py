@@ -4,6 +4,9 @@ exactly the patches committed before it in the group (Publisher._commit_group)."
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -302,3 +305,55 @@ def test_a_mirror_archives_a_verified_chain_in_groups_and_ends_up_with_the_publi
     finally:
         publisher.close()
         mirror.close()
+
+
+# A child process queues five publishes behind the graph's lock, then lets them commit as one
+# group with the crash point set: it dies (exit 137, like kill -9) after the group's archive
+# commit, before the store update and before any publish is answered.
+_CRASHING_GROUP = """
+import os, sys, threading, time
+from pathlib import Path
+from lucid_hub.config import Settings
+from lucid_hub.diff import GraphChange
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.msg import graph_msgs
+from lucid_hub.runtime import Runtime
+from tests.conftest import parse_nt
+
+graph = sys.argv[2]
+rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": sys.argv[1]}))
+rt.publisher.publish(graph, lambda _v: GraphChange(graph, (), tuple(graph_msgs(parse_nt(
+    '<http://ex/base> <http://ex/v> "0" .\\n'), rt.canonicalizer).msgs())), author="t", message="base")
+queue = rt.publisher._queue(graph)
+with rt.publisher.writing((graph,)):
+    for i in range(5):
+        msgs = tuple(graph_msgs(parse_nt(f'<http://ex/s{i}> <http://ex/v> _:b .\\n_:b <http://ex/n> "{i}" .\\n'),
+                                rt.canonicalizer).msgs())
+        threading.Thread(target=rt.publisher.publish, args=(graph, lambda _v, m=msgs: GraphChange(graph, (), m)),
+                         kwargs={"author": "t", "message": str(i)}, daemon=True).start()
+        deadline = time.monotonic() + 10
+        while len(queue) < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    os.environ["LUCID_FAULT"] = "after-archive-commit"
+time.sleep(30)  # (the leader thread exits the process at the crash point long before this)
+sys.exit("the crash point was not reached")
+"""
+
+
+def test_a_crash_after_a_groups_archive_commit_leaves_every_patch_of_the_group_applied_at_start(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "LUCID_FAULT"}
+    child = subprocess.run([sys.executable, "-c", _CRASHING_GROUP, str(data), G], env=env,
+                           cwd=Path(__file__).parent.parent, capture_output=True, timeout=120)
+    assert child.returncode == 137, child.stderr.decode()[-2000:]
+    rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(data)}))  # repair at open
+    try:
+        history = rt.archive.history(G)
+        assert [r.message for r in history] == ["base", "0", "1", "2", "3", "4"]  # the whole group, in order
+        assert rt.publisher.store.version(G) == history[-1].id
+        assert sorted(rt.publisher.store.statements(G)) == replayed(rt, G)
+        assert len(replayed(rt, G)) == 11
+        assert_consistent(rt)
+    finally:
+        rt.close()
