@@ -595,13 +595,15 @@ def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_b
               help="Graphs the throughput clients publish to (client n to graph n mod GRAPHS).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Hub processes (serve --workers).")
+@click.option("--core/--no-core", default=True, show_default=True,
+              help="Also publish in this process without HTTP, with and without group commit.")
 def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, kafka: bool, graphs: int,
-                  workers: int) -> None:
+                  workers: int, core: bool) -> None:
     """Publishing latency, throughput and bulk re-publish, against direct pyoxigraph writes."""
     from lucid_hub.tools.bench.publish import run
 
     run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka, graphs=graphs,
-        workers=workers)
+        workers=workers, core=core)
 
 
 @bench.command("auth")
