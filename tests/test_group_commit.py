@@ -149,6 +149,31 @@ def test_changes_queued_behind_a_lock_commit_as_one_group_each_seeing_the_ones_b
     assert_consistent(runtime)
 
 
+class _Stop(BaseException):
+    """Something no job can be told of (as KeyboardInterrupt or SystemExit) in a group's thread."""
+
+
+def test_a_group_stopped_by_something_else_than_an_error_leaves_no_publish_answered_as_unchanged(
+        runtime: Runtime) -> None:
+    publisher = runtime.publisher
+
+    def stop(_view: GraphView) -> GraphChange:
+        raise _Stop
+
+    gate = Gate(publisher, G)
+    with publisher.writing((G,)):
+        gate.publish("stops", stop)
+        gate.publish("waits", change(G, added='<http://ex/w> <http://ex/v> "w" .\n'))
+    gate.release()
+    outcomes = sorted(type(r).__name__ for r in gate.results.values())
+    assert outcomes == ["ConflictError", "_Stop"]  # the group's thread stopped; the other is told so
+    conflict = next(r for r in gate.results.values() if isinstance(r, ConflictError))
+    assert "interrupted" in str(conflict)
+    assert runtime.archive.current_head(G) is None  # nothing half-written
+    again = publisher.publish(G, change(G, added='<http://ex/w> <http://ex/v> "w" .\n'), author="t", message="")
+    assert again is not None  # and the graph publishes after
+
+
 def test_typed_literals_and_blank_nodes_are_planned_on_the_group_and_a_whole_graph_change_ends_it(
         runtime: Runtime) -> None:
     publisher = runtime.publisher

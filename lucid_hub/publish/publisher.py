@@ -148,6 +148,7 @@ class _Job:
         self.expect_prev = expect_prev
         self.prev = prev
         self.started = time.perf_counter()
+        self.taken = False  # by a thread committing a group
         self.done = False
         self.patch: Patch | None = None
         self.error: BaseException | None = None
@@ -324,8 +325,10 @@ class Publisher:
             queue = self._queue(graph)
             queue.append(job)
             with self.writing((graph,)):
-                if not job.done:  # else a thread that held the lock before this one published it
+                while not job.taken:  # else a thread that held the lock before this one took it
                     self._commit_group(graph, queue)
+            if not job.done:  # its group's thread was stopped by something no job can be told of
+                raise ConflictError(f"the change of <{graph}> was interrupted before it was committed; retry it")
             return job.result()
         with self.writing(self._lock_set(graph)):
             self._commit_alone(graph, job)
@@ -389,15 +392,17 @@ class Publisher:
     def _commit_group(self, graph: str, queue: collections.deque[_Job]) -> None:
         """Group commit (under the graph's lock): publish every change waiting for the graph,
         each its own signed patch chained to the one before, in as few database transactions
-        and store updates as their content allows (usually one of each). A change that needs
-        the store to hold the group's patches so far (a whole-graph diff, a blank-node MSG or
-        typed literal the group touched) ends the group there and starts the next.
+        and store updates as their content allows (usually one of each): each is computed and
+        planned on the graph as the patches before it leave it (store.Chain). A change that
+        needs the whole graph (a PUT's or DELETE's diff) or would make the group larger than
+        GROUP_ROWS ends the group there and starts the next.
 
         Nothing is acknowledged before it is archived and in the store; a job's own failure
         (its precondition, its content) is its own; a failure of the commit is every job's."""
         jobs: list[_Job] = []
         while queue and len(jobs) < GROUP_JOBS:
             jobs.append(queue.popleft())
+            jobs[-1].taken = True
         try:
             for attempt in range(CAS_ATTEMPTS):
                 try:
