@@ -126,10 +126,11 @@ class Settings:
     delivery_backoff_base: float = 1.0
     delivery_backoff_max: float = 600.0
     delivery_timeout: float = 10.0
-    # Delivery threads of a process (its fast lane), and how many of them one client and one
-    # callback host may hold at once; callback hosts whose POSTs take longer than
-    # delivery_slow_seconds on average are served by delivery_slow_threads of their own
-    # (docs/websub.md, "Fairness").
+    # Deliveries a process has in flight in its fast lane (one event loop holds them all:
+    # delivery/sender.py; the names are from when each was a thread), and how many of them
+    # one client and one callback host may hold at once; callback hosts whose POSTs take
+    # longer than delivery_slow_seconds on average are served by delivery_slow_threads of
+    # their own (docs/websub.md, "Fairness").
     delivery_threads: int = 16
     delivery_per_client: int = 8
     delivery_per_host: int = 8

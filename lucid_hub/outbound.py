@@ -185,14 +185,21 @@ def session(policy: AddressPolicy, user_agent: str) -> requests.Session:
     return http
 
 
+def hub_signature(headers: dict[str, str], body: bytes, secret: str | None) -> dict[str, str]:
+    """`headers` with `X-Hub-Signature: sha256=HMAC(secret, body)` when there is a secret."""
+    if not secret:
+        return headers
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {**headers, "X-Hub-Signature": f"sha256={digest}"}
+
+
 def signed_post(pool: urllib3.PoolManager, url: str, body: bytes, headers: dict[str, str],
                 secret: str | None) -> tuple[int, str]:
-    """POST a callback (WebSub deliveries, query and window webhooks): signed with
-    `X-Hub-Signature: sha256=HMAC(secret, body)` when there is a secret, redirects not
-    followed; (HTTP status, a one-line account of it), status 0 when no answer came."""
-    if secret:
-        digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        headers = {**headers, "X-Hub-Signature": f"sha256={digest}"}
+    """POST a callback (query and window webhooks, rules' webhooks; WebSub deliveries go
+    through delivery.sender): signed with `X-Hub-Signature: sha256=HMAC(secret, body)` when
+    there is a secret, redirects not followed; (HTTP status, a one-line account of it),
+    status 0 when no answer came."""
+    headers = hub_signature(headers, body, secret)
     try:
         answer = pool.request("POST", url, body=body, headers=headers, redirect=False, preload_content=True)
         return answer.status, f"HTTP {answer.status}"

@@ -11,6 +11,7 @@ deliverer; a scan every second catches retries that fall due and leases that end
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -19,21 +20,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, cast
 
-import urllib3
 from sqlalchemy import Table, bindparam, case, delete, or_, select, update
 
-from lucid_hub import outbound, resources
+from lucid_hub import resources
 from lucid_hub.archive import Archive, ChainLink
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import aware, now
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
+from lucid_hub.delivery.sender import AsyncSender
 from lucid_hub.errors import InputError, NotFoundError
 from lucid_hub.hub.callbacks import parse_cidrs
 from lucid_hub.hub.protocol import MEDIA_TYPES
@@ -200,20 +200,17 @@ class Deliverer:
         self.claim_seconds = settings.delivery_claim_seconds
         # Every connection to a callback checks the address it connects to (lucid_hub.outbound).
         policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=parse_cidrs(settings.callback_allow_cidrs))
-        # Deliveries: urllib3 directly (kept-alive pools per callback host). py-spy under
-        # fan-out showed requests' per-call work (environment merging, CA path checks) as a
-        # large share of each delivery.
-        self.pool = outbound.pool_manager(policy, num_pools=256, maxsize=8, retries=False, headers={
-            "User-Agent": "lucid-hub WebSub hub"}, timeout=urllib3.Timeout(total=settings.delivery_timeout))
         # Deliveries run in a fast and a slow lane, shared out by client and host
-        # (delivery/fairness.py); verifications and notices have threads of their own (hub/).
+        # (delivery/fairness.py), all on one event loop (delivery/sender.py); verifications
+        # and notices have threads of their own (hub/).
         fast = LaneLimits(settings.delivery_threads, settings.delivery_per_client, settings.delivery_per_host)
         slow = LaneLimits(settings.delivery_slow_threads, max(1, settings.delivery_slow_threads // 2),
                           max(1, settings.delivery_slow_threads // 2))
         self.speed = HostSpeed(settings.delivery_slow_seconds)
         self.capacity = Capacity(fast, slow, self.speed)
-        self._lanes = {lane: ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix=f"websub-{lane}")
-                       for lane, limits in (("fast", fast), ("slow", slow))}
+        self.sender = AsyncSender(policy, timeout=settings.delivery_timeout,
+                                  per_host=settings.delivery_per_host + max(1, settings.delivery_slow_threads // 2),
+                                  user_agent="lucid-hub WebSub hub")
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -262,8 +259,7 @@ class Deliverer:
         self.drain()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        for executor in self._lanes.values():
-            executor.shutdown(wait=True, cancel_futures=True)  # deliveries in flight finish
+        self.sender.stop()  # deliveries in flight finish (each after its POST in flight)
         self._recorder.stop()  # and are recorded
         try:  # what was claimed but not started is free for other processes at once
             with self.db.write() as conn:
@@ -271,7 +267,6 @@ class Deliverer:
                              .values(claimed_by=None, claimed_until=None))
         except Exception:  # the claims run out by themselves
             log.exception("releasing this process's claims failed")
-        self.pool.clear()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -343,7 +338,7 @@ class Deliverer:
         if retries:
             self.metrics.delivery_retries.inc(retries)
         for task in tasks:
-            self._lanes[task.lane].submit(self._deliver, task)
+            self.sender.submit(self._deliver(task))
         return [task.sid for task in tasks]
 
     def wait_for(self, sids: list[int]) -> None:
@@ -369,24 +364,24 @@ class Deliverer:
                 .values(claimed_until=now() + timedelta(seconds=self.claim_seconds)))
             return bool(result.rowcount == 1)
 
-    def _deliver(self, task: _Task) -> None:
+    async def _deliver(self, task: _Task) -> None:
         """POST the task's patches in chain order; the outcome goes to the recorder."""
         outcome = _Outcome(task, task.start)
         try:
-            self._send(task, outcome)
+            await self._send(task, outcome)
         except Exception as exc:  # recorded as a failed attempt, retried with backoff
             log.exception("delivery to subscription %s failed", task.sid)
             outcome.error = f"internal error: {type(exc).__name__}"
         finally:
             self._recorder.record(outcome)
 
-    def _send(self, task: _Task, outcome: _Outcome) -> None:
+    async def _send(self, task: _Task, outcome: _Outcome) -> None:
         claimed = time.monotonic()
         for patch in task.patches:
             if self._stop.is_set() or patch.seq != outcome.reached + 1:
                 return
             if time.monotonic() - claimed > self.claim_seconds / 2:  # a long batch keeps its claim
-                if not self._extend_claim(task.sid):
+                if not await asyncio.to_thread(self._extend_claim, task.sid):
                     return
                 claimed = time.monotonic()
             decision = self.policies.decide(task.party, task.graph, "read")
@@ -395,8 +390,8 @@ class Deliverer:
                 outcome.cancelled = decision.reason  # the callback is told once that is recorded
                 return
             posted = time.perf_counter()
-            status, error = self._post(task.callback, task.graph, task.media_type, task.secret, patch.id,
-                                       patch.prev, patch.body)
+            status, error = await self._post(task.callback, task.graph, task.media_type, task.secret, patch.id,
+                                             patch.prev, patch.body)
             took = time.perf_counter() - posted
             self.metrics.delivery_seconds.observe(took)
             self.speed.observe(task.host, took)
@@ -414,13 +409,13 @@ class Deliverer:
                 outcome.error = error
                 return
 
-    def _post(self, callback: str, graph: str, media_type: str, secret: str | None, patch_id: str,
-              prev: str | None, body: bytes) -> tuple[int, str]:
+    async def _post(self, callback: str, graph: str, media_type: str, secret: str | None, patch_id: str,
+                    prev: str | None, body: bytes) -> tuple[int, str]:
         if media_type != RDF_PATCH:
             body = write_patch(read_rdf_patch(body, self.canonicalizer), MEDIA_TYPES[media_type])
         headers = {"Content-Type": media_type, "Link": resources.discovery_links(self.settings.public_url, graph),
                    "X-Lucid-Patch-Id": patch_id, "X-Lucid-Prev": prev or "", "X-Lucid-Graph": graph}
-        return outbound.signed_post(self.pool, callback, body, headers, secret)
+        return await self.sender.post(callback, body, headers, secret)
 
     # --- administration -------------------------------------------------------------
     def redeliver(self, sid: int, from_patch: str | None) -> None:
