@@ -144,6 +144,7 @@ class AsyncSender:
             if self._session is not None:
                 await self._session.close()
                 self._session = None
+            await asyncio.get_running_loop().shutdown_default_executor()  # (name lookups, claim renewals)
 
         try:
             asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=10)
