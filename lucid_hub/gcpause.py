@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 # Changes with at least this many MSGs pause collection.
 LARGE_CHANGE = 20_000
+# Bytes of an RDF Patch row, roughly (for a received patch, whose MSGs are not counted yet).
+BYTES_PER_ROW = 100
 
 _lock = threading.Lock()
 _holders = 0
@@ -43,6 +45,11 @@ def paused_for(size: int) -> Iterator[None]:
             _holders -= 1
             if _holders == 0 and _resume:
                 gc.enable()
+
+
+def paused_for_bytes(size: int) -> contextlib.AbstractContextManager[None]:
+    """`paused_for` an RDF document or patch of `size` bytes (its MSGs are not counted yet)."""
+    return paused_for(size // BYTES_PER_ROW)
 
 
 def freeze_startup() -> None:

@@ -47,3 +47,47 @@ def test_collection_disabled_by_the_operator_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_large_document_or_received_patch_pauses_collection_while_it_is_read(
+        canonicalizer: object) -> None:
+    from pathlib import Path
+    from tempfile import TemporaryDirectory
+
+    from lucid_hub.rdf.canon import Canonicalizer
+    from lucid_hub.signing import KeyRing, TrustedKeys, sign_patch, verify_patch_bytes
+
+    assert isinstance(canonicalizer, Canonicalizer)
+    with gcpause.paused_for_bytes(gcpause.LARGE_CHANGE * gcpause.BYTES_PER_ROW - 1):
+        assert gc.isenabled()
+    with gcpause.paused_for_bytes(gcpause.LARGE_CHANGE * gcpause.BYTES_PER_ROW):
+        assert not gc.isenabled()
+    # A received patch of 2 MB or more is verified with collection paused (observed from inside).
+    import pyoxigraph as ox
+
+    from lucid_hub.diff.local import diff_graph
+    from lucid_hub.rdf.rdfpatch import write_rdf_patch
+
+    seen: list[bool] = []  # whether collection ran while the patch was parsed
+    text = "".join(f'<http://ex/s{i}> <http://ex/p> "a value long enough to count, number {i}" .\n'
+                   for i in range(30_000))
+    with TemporaryDirectory() as tmp:
+        key = KeyRing(Path(tmp)).ensure()
+        trusted = TrustedKeys(KeyRing(Path(tmp)).jwks())
+        change = diff_graph([], list(ox.parse(text, format=ox.RdfFormat.N_TRIPLES)), "http://ex/g", canonicalizer)
+        raw = write_rdf_patch(sign_patch(change.to_patch(None, held=lambda _d: ()), key))
+        assert len(raw) >= gcpause.LARGE_CHANGE * gcpause.BYTES_PER_ROW
+        import lucid_hub.signing as signing
+
+        real = signing.read_rdf_patch
+
+        def spying(body: bytes, canon: Canonicalizer) -> object:
+            seen.append(gc.isenabled())
+            return real(body, canon)
+
+        signing.read_rdf_patch = spying  # type: ignore[assignment]
+        try:
+            verify_patch_bytes(raw, trusted, canonicalizer)
+        finally:
+            signing.read_rdf_patch = real
+    assert seen == [False] and gc.isenabled()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyoxigraph as ox
 
+from lucid_hub import gcpause
 from lucid_hub.diff import GraphChange
 from lucid_hub.errors import InputError, LucidError
 from lucid_hub.rdf.canon import Canonicalizer
@@ -71,8 +72,9 @@ def file_graph_msgs(path: Path, fmt: str | None, default_graph: str | None,
     rdf_fmt = format_of_path(path, fmt)
     # Triple-term checks happen on each quad's text in split_graphs, more cheaply.
     quads = read_file(path, fmt, check_terms=False, progress=progress)
-    builders = split_graphs(quads, default_graph, str(path), triples_only=not rdf_fmt.supports_datasets)
-    return {graph: builder.build(canonicalizer) for graph, builder in builders.items()}
+    with gcpause.paused_for_bytes(path.stat().st_size):  # every MSG of the file lives until it is read
+        builders = split_graphs(quads, default_graph, str(path), triples_only=not rdf_fmt.supports_datasets)
+        return {graph: builder.build(canonicalizer) for graph, builder in builders.items()}
 
 
 class _ChildReader:

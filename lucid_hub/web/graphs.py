@@ -11,6 +11,7 @@ import uuid
 
 from flask import Blueprint, Response, jsonify, request
 
+from lucid_hub import gcpause
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.publish import Precondition
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
@@ -80,12 +81,13 @@ def _body_msgs(graph: str) -> GraphMsgs:
     if (request.mimetype or "").startswith("multipart/"):
         raise UnsupportedMediaTypeError("multipart bodies are not accepted: send one RDF document per request "
                                         "(docs/http-api.md)")
-    builders = split_graphs(body_quads(graph), graph, "request body")
-    other = sorted(set(builders) - {graph})
-    if other:
-        raise InputError(f"request body holds graph <{other[0]}>; /graphs?graph=<{graph}> takes its triples only")
-    builder = builders.get(graph)
-    msgs = builder.build(runtime().canonicalizer) if builder else GraphMsgs()
+    with gcpause.paused_for_bytes(request.content_length or 0):  # a large body: collection paused while read
+        builders = split_graphs(body_quads(graph), graph, "request body")
+        other = sorted(set(builders) - {graph})
+        if other:
+            raise InputError(f"request body holds graph <{other[0]}>; /graphs?graph=<{graph}> takes its triples only")
+        builder = builders.get(graph)
+        msgs = builder.build(runtime().canonicalizer) if builder else GraphMsgs()
     check_no_skolem(msgs.ground, "request body")
     check_no_skolem(msgs.blank, "request body")
     return msgs
