@@ -382,3 +382,30 @@ def test_a_crash_after_a_groups_archive_commit_leaves_every_patch_of_the_group_a
         assert_consistent(rt)
     finally:
         rt.close()
+
+
+def test_a_patch_the_mirror_cannot_apply_stops_its_chain_after_the_ones_before_it(tmp_path: Path) -> None:
+    from lucid_hub.errors import PatchApplyError
+
+    publisher = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "publisher")}))
+    mirror = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "mirror")}))
+    a1 = '<http://ex/a> <http://ex/v> "1" .\n'
+    try:
+        for step in (change(G, added=a1), change(G, added='<http://ex/b> <http://ex/v> "2" .\n'),
+                     change(G, removed=a1), change(G, added='<http://ex/c> <http://ex/v> "3" .\n')):
+            publisher.publisher.publish(G, step, author="p", message="")
+        patches = [read_rdf_patch(r.body, mirror.canonicalizer) for r in publisher.archive.history(G)]
+        mirror.publisher.archive_verified_chain(patches[:1])
+        # The mirror's store diverged (a triple gone that the third patch removes).
+        import pyoxigraph as ox
+
+        mirror.publisher.store._store.remove(ox.Quad(ox.NamedNode("http://ex/a"), ox.NamedNode("http://ex/v"),
+                                                     ox.Literal("1"), ox.NamedNode(G)))
+        with pytest.raises(PatchApplyError):
+            mirror.publisher.archive_verified_chain(patches[1:])
+        # The second patch, verified and planned before the failing third, is archived and applied.
+        assert [r.id for r in mirror.archive.history(G)] == [p.id for p in patches[:2]]
+        assert mirror.publisher.store.version(G) == patches[1].id
+    finally:
+        publisher.close()
+        mirror.close()

@@ -523,7 +523,13 @@ class MirrorService:
                                    f"{chain[-1].id if chain else head}")
                         break
                 if chain:  # (the store is synced before the first page)
-                    self.publisher.archive_verified_chain(chain, sync=applied == 0)
+                    try:
+                        self.publisher.archive_verified_chain(chain, sync=applied == 0)
+                    except Exception:  # the ones before the failing patch are in: counted
+                        reached = self._head(row.graph)
+                        ids = [p.id for p in chain]
+                        self._count_applied(mirror_id, ids.index(reached) + 1 if reached in ids else 0)
+                        raise
                     head = chain[-1].id
                     applied += len(chain)
                     self._count_applied(mirror_id, len(chain))  # the page's count in one statement

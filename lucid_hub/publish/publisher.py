@@ -651,7 +651,11 @@ class Publisher:
                     self._commit_mirrored(graph, chain)
                     chain = self.store.chain(graph, chain.version)
                 with gcpause.paused_for(rows):
-                    chain.plan(patch)
+                    try:
+                        chain.plan(patch)
+                    except Exception:  # (the store cannot apply it: the replica diverged)
+                        self._commit_mirrored(graph, chain)  # the verified ones before it stay applied
+                        raise
             self._commit_mirrored(graph, chain)
 
     def _commit_mirrored(self, graph: str, chain: Chain) -> None:
