@@ -124,18 +124,6 @@ class _Stale(Exception):
     """A group commit found the store behind the archive (another process published)."""
 
 
-class _Pending:
-    """A group commit's jobs whose patches are planned (store.Chain: each on the graph as the
-    ones before leave it) but not yet archived or in the store."""
-
-    def __init__(self, chain: Chain) -> None:
-        self.jobs: list[_Job] = []
-        self.chain = chain
-
-    def __bool__(self) -> bool:
-        return bool(self.chain)
-
-
 class _Job:
     """One publish waiting for a group commit: the change to compute, and its outcome."""
 
@@ -168,25 +156,25 @@ class GraphView:
     In a group commit it also sees the group's patches the store does not hold yet."""
 
     def __init__(self, store: GraphStore, graph: str, version: str | None, cache: MsgCache,
-                 pending: Chain | None = None) -> None:
+                 chain: Chain | None = None) -> None:
         self._store = store
         self.graph = graph
         self.version = version
         self.exists = version is not None
         self.cache = cache
-        self._pending = pending
+        self._chain = chain  # a group commit's patches planned before this change (not in the store yet)
         self._msgs: GraphMsgs | None = None
 
     @property
     def store(self) -> GraphStore:
         """The store, for what the view does not offer (it must be at the view's version)."""
-        if self._pending:
+        if self._chain:
             raise _NeedsFlush
         return self._store
 
     def msgs(self) -> GraphMsgs:
         """The graph's MSGs. The caller must not change them (they may be the cache's)."""
-        if self._pending:
+        if self._chain:
             raise _NeedsFlush
         if self._msgs is None:
             if not self.exists:
@@ -203,24 +191,20 @@ class GraphView:
         """Those of the ground triples the graph holds (`contains` for many)."""
         found: set[str] = set()
         ask: Iterable[str] = statements
-        if self._pending:
+        if self._chain:
             ask = []
             for statement in statements:
-                pending = self._pending.touched(statement)
-                if pending is None:
+                touched = self._chain.touched(statement)
+                if touched is None:
                     ask.append(statement)
-                elif pending:
+                elif touched:
                     found.add(statement)
         if self.exists:
             found |= self._store.holding(self.graph, ask)
         return found
 
     def contains(self, statement: str) -> bool:
-        if self._pending:
-            pending = self._pending.touched(statement)
-            if pending is not None:
-                return pending
-        return self.exists and self._store.contains(self.graph, statement)
+        return bool(self.holding((statement,)))
 
 
 class Publisher:
@@ -422,41 +406,48 @@ class Publisher:
         """Compute and commit the jobs, group by group. _Stale when the store turns out to be
         behind the archive (another process published): sync and run the jobs not done again."""
         head = start = self.store.version(graph)
-        pending = _Pending(self.store.chain(graph, head))
+        chain = self.store.chain(graph, head)  # the group's patches, planned
+        chained: list[_Job] = []  # their jobs
         outcomes: list[tuple[_Job, BaseException | None]] = []  # decided, told after the commit
 
         def doubt() -> None:
             """An answer that a stale store could make wrong (a precondition that fails, no
             change): the store must be at the archive's head (checked once per round)."""
             nonlocal synced
-            if not synced and not pending:
+            if not synced and not chain:
                 if self.archive.current_head(graph) != start:
                     raise _Stale
                 synced = True
             # (with patches pending, the commit's compare-and-set finds a stale store out)
 
         def commit() -> None:
-            nonlocal start, synced
-            if pending:
-                self._commit_pending(graph, pending)
+            nonlocal start, synced, chain
+            if chain:
+                try:
+                    self._commit_chain(graph, chain, local=True)
+                except MirroredGraphError:
+                    raise
+                except ConflictError:  # another process moved the head: the store is behind
+                    raise _Stale from None
                 start, synced = head, True  # (its compare-and-set found the archive at the store's head)
             for job, error in outcomes:
                 job.finish(error=error)  # (no patch: a precondition, no change, or its content)
             outcomes.clear()
-            for job, (patch, _plan) in zip(pending.jobs, pending.chain.planned, strict=True):
+            for job, (patch, _plan) in zip(chained, chain.planned, strict=True):
                 self.metrics.publish_seconds.observe(time.perf_counter() - job.started)
                 self._published(patch, "published")
                 self._react(patch)
                 job.finish(patch)
+            chain = self.store.chain(graph, head)
+            chained.clear()
 
         index = 0
         while index < len(jobs):
             job = jobs[index]
             try:
-                patch = self._group_job(graph, job, head, pending, doubt)
-            except _NeedsFlush:  # (raised only while patches are pending)
+                patch = self._group_job(graph, job, head, chain, doubt)
+            except _NeedsFlush:  # (raised only while patches are planned)
                 commit()
-                pending = _Pending(self.store.chain(graph, head))
                 continue
             except (_Stale, MirroredGraphError):
                 raise
@@ -467,22 +458,20 @@ class Publisher:
             if patch is None:
                 outcomes.append((job, None))
             else:
-                pending.jobs.append(job)
+                chained.append(job)
                 head = patch.id
             index += 1
-            if pending.chain.rows >= GROUP_ROWS:
+            if chain.rows >= GROUP_ROWS:
                 commit()
-                pending = _Pending(self.store.chain(graph, head))
         commit()
 
-    def _group_job(self, graph: str, job: _Job, head: str | None, pending: _Pending,
+    def _group_job(self, graph: str, job: _Job, head: str | None, chain: Chain,
                    doubt: Callable[[], None]) -> Patch | None:
         """One job of a group: its patch on top of `head`, planned in the group's chain (None:
         no change)."""
         if (job.if_match is not None and not job.if_match(head)) or (job.expect_prev and job.prev != head):
             doubt()
             self._check_precondition(graph, job, head)
-        chain = pending.chain
         change = job.compute(GraphView(self.store, graph, head, self.cache, chain))
         if change is None or change.is_empty:
             doubt()
@@ -495,17 +484,13 @@ class Publisher:
             chain.plan(patch)  # a patch the store cannot apply is never archived
             return patch
 
-    def _commit_pending(self, graph: str, pending: _Pending) -> None:
-        """Archive the group's patches in one transaction and apply them in one store update."""
-        patches = [patch for patch, _plan in pending.chain.planned]
-        try:
-            self._append_all(patches, local=True)
-        except MirroredGraphError:
-            raise
-        except ConflictError:
-            raise _Stale from None
+    def _commit_chain(self, graph: str, chain: Chain, *, local: bool) -> None:
+        """Archive a chain's patches in one transaction (ConflictError: a head moved) and apply
+        them in one store update (a group commit, a mirror's catch-up page)."""
+        patches = [patch for patch, _plan in chain.planned]
+        self._append_all(patches, local=local)
         _crash_point("after-archive-commit", graph)
-        self.store.apply_all(pending.chain.planned)
+        self.store.apply_all(chain.planned)
         self.metrics.publish_group.observe(len(patches))
         for patch in patches:
             self.cache.advance(patch)
@@ -661,17 +646,10 @@ class Publisher:
     def _commit_mirrored(self, graph: str, chain: Chain) -> None:
         if not chain:
             return
-        patches = [patch for patch, _plan in chain.planned]
-        self._append_all(patches, local=False)
-        _crash_point("after-archive-commit", graph)
-        self.store.apply_all(chain.planned)
-        self.metrics.publish_group.observe(len(patches))
-        for patch in patches:
-            self.cache.advance(patch)
-        self._outbox_changed()
-        for patch in patches:
+        self._commit_chain(graph, chain, local=False)
+        for patch, _plan in chain.planned:
             self._published(patch, "mirrored")
-        for patch in patches:
+        for patch, _plan in chain.planned:
             self._react(patch)
 
     def forget(self, graph: str) -> None:

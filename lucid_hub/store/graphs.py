@@ -286,7 +286,6 @@ class GraphStore:
         reused when the graph has not moved since.
         """
         with self._lock:
-            self._generation += 1  # (snapshots take this lock: none sees a half-applied patch)
             if plan is None or plan.patch is not patch or self.version(patch.graph) != patch.prev:
                 plan = self._plan(patch)
             if not plan.delete_data and not plan.delete_lexical and len(plan.insert_data) > BULK_ADDITIONS:
@@ -294,25 +293,12 @@ class GraphStore:
                 if self._watchers:
                     plan.bulk_added = [s[:-2] for s in plan.insert_data]
                 plan.insert_data, plan.insert_index, plan.insert_lexical = [], [], []
-            try:
-                self._store.update(plan.sparql())
-            except (SyntaxError, OSError) as exc:
-                with self._versions_lock:  # read it again from the store next time
-                    self._versions.pop(patch.graph, None)
-                raise StoreError(f"the store refused patch {patch.id}: {exc}") from None
-            with self._versions_lock:
-                self._versions[patch.graph] = patch.id
-            if self._watchers:
-                change = StoreChange(self._generation, patch.graph, patch.id, patch.prev,
-                                     [s[:-2] for s in plan.delete_data],
-                                     [s[:-2] for s in plan.insert_data] + plan.bulk_added)
-                for watcher in self._watchers:
-                    watcher(change)
+            self._update(patch.graph, [(patch, plan)])
 
     def apply_all(self, planned: list[tuple[Patch, Plan]]) -> None:
         """Apply a chain of patches of one graph in one transaction (a group commit): each
-        with the plan `check` made for it against the patches before it. A single patch (or
-        a large one) goes through `apply`."""
+        with the plan a `Chain` made for it on the patches before it. A single patch (or a
+        large one) goes through `apply`."""
         if len(planned) == 1 or any(len(plan.insert_data) > BULK_ADDITIONS for _patch, plan in planned):
             for patch, plan in planned:
                 self.apply(patch, plan)
@@ -324,21 +310,29 @@ class GraphStore:
                 if patch.graph != graph or patch.prev != expected:
                     raise ChainError(f"store holds {graph} at {expected}, patch {patch.id} follows {patch.prev}")
                 expected = patch.id
-            try:
-                self._store.update(" ;\n".join(plan.sparql() for _patch, plan in planned))
-            except (SyntaxError, OSError) as exc:
-                with self._versions_lock:
-                    self._versions.pop(graph, None)
-                raise StoreError(f"the store refused patches {planned[0][0].id}…{planned[-1][0].id}: {exc}") from None
-            with self._versions_lock:
-                self._versions[graph] = planned[-1][0].id
-            for patch, plan in planned:
-                self._generation += 1
-                if self._watchers:
-                    change = StoreChange(self._generation, graph, patch.id, patch.prev,
-                                         [s[:-2] for s in plan.delete_data], [s[:-2] for s in plan.insert_data])
-                    for watcher in self._watchers:
-                        watcher(change)
+            self._update(graph, planned)
+
+    def _update(self, graph: str, planned: list[tuple[Patch, Plan]]) -> None:
+        """One SPARQL update for the plans (under the writer's lock: snapshots take it too, so
+        none sees a half-applied patch), then the graph's version and the watchers."""
+        first, last = planned[0][0], planned[-1][0]
+        try:
+            self._store.update(" ;\n".join(plan.sparql() for _patch, plan in planned))
+        except (SyntaxError, OSError) as exc:
+            with self._versions_lock:  # read it again from the store next time
+                self._versions.pop(graph, None)
+            which = f"patch {first.id}" if first is last else f"patches {first.id}…{last.id}"
+            raise StoreError(f"the store refused {which}: {exc}") from None
+        with self._versions_lock:
+            self._versions[graph] = last.id
+        for patch, plan in planned:
+            self._generation += 1
+            if self._watchers:
+                change = StoreChange(self._generation, graph, patch.id, patch.prev,
+                                     [s[:-2] for s in plan.delete_data],
+                                     [s[:-2] for s in plan.insert_data] + plan.bulk_added)
+                for watcher in self._watchers:
+                    watcher(change)
 
     def drop(self, graph: str) -> None:
         """Remove the graph, its blank-node index and its version."""
@@ -369,10 +363,7 @@ class GraphStore:
 
     def contains(self, graph: str, statement: str) -> bool:
         """Whether the graph holds this ground triple (given as a canonical statement)."""
-        if lexical.typed(statement):
-            natives = lexical.NATIVES.of([terms(statement)[2]])
-            return lexical.Forms(self._store, graph, natives).holds(statement)
-        return ox.Quad(*_triple(statement), ox.NamedNode(graph)) in self._store
+        return bool(self.holding(graph, (statement,)))
 
     def holding(self, graph: str, statements: Iterable[str]) -> set[str]:
         """Those of the ground triples (canonical statements) the graph holds: `contains` for
@@ -451,7 +442,8 @@ class GraphStore:
         plan.insert_data.extend(f"{s} ." for s in insert)
         plan.delete_lexical.extend(f"{s} ." for s in forget)
         plan.insert_lexical.extend(f"{s} ." for s in record)
-        plan.forms = forms.current()
+        if chain is not None:  # (what the chain's next plan starts from)
+            plan.forms = forms.current()
         return plan
 
     def _occurrences(self, patch: Patch, held_of: Callable[[str], dict[int, str]]
@@ -666,12 +658,6 @@ class Plan:
             f"GRAPH {idx} {{ {' '.join(self.insert_index)} }} GRAPH {lex} {{ {' '.join(self.insert_lexical)} }} "
             f"GRAPH {system} {{ {marker_new} }} }}"
         )
-
-
-def _triple(statement: str) -> tuple[ox.NamedNode | ox.BlankNode, ox.NamedNode, ox.NamedNode | ox.Literal]:
-    (quad,) = ox.parse(statement + " .", format=ox.RdfFormat.N_TRIPLES)
-    assert not isinstance(quad.object, ox.Triple | ox.BlankNode) and not isinstance(quad.subject, ox.Triple)
-    return quad.subject, quad.predicate, quad.object
 
 
 def _iri(term: object) -> str:
