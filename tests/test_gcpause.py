@@ -77,17 +77,17 @@ def test_a_large_document_or_received_patch_pauses_collection_while_it_is_read(
         change = diff_graph([], list(ox.parse(text, format=ox.RdfFormat.N_TRIPLES)), "http://ex/g", canonicalizer)
         raw = write_rdf_patch(sign_patch(change.to_patch(None, held=lambda _d: ()), key))
         assert len(raw) >= gcpause.LARGE_CHANGE * gcpause.BYTES_PER_ROW
-        import lucid_hub.signing as signing
+        import lucid_hub.rdf.rdfpatch as rdfpatch
 
-        real = signing.read_rdf_patch
+        real = rdfpatch.parse_rdf_patch
 
-        def spying(body: bytes, canon: Canonicalizer) -> object:
+        def spying(body: bytes, canon: Canonicalizer, graph: str | None = None) -> object:
             seen.append(gc.isenabled())
-            return real(body, canon)
+            return real(body, canon, graph)
 
-        signing.read_rdf_patch = spying  # type: ignore[assignment]
+        rdfpatch.parse_rdf_patch = spying  # type: ignore[assignment]
         try:
             verify_patch_bytes(raw, trusted, canonicalizer)
         finally:
-            signing.read_rdf_patch = real
+            rdfpatch.parse_rdf_patch = real
     assert seen == [False] and gc.isenabled()
