@@ -204,5 +204,10 @@ def signed_post(pool: urllib3.PoolManager, url: str, body: bytes, headers: dict[
         answer = pool.request("POST", url, body=body, headers=headers, redirect=False, preload_content=True)
         return answer.status, f"HTTP {answer.status}"
     except urllib3.exceptions.HTTPError as exc:
-        return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
+        return 0, no_answer(exc)
+
+
+def no_answer(exc: BaseException) -> str:
+    """A one-line account of a POST that got no answer (recorded with the subscription)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
 

@@ -208,8 +208,7 @@ class Deliverer:
                           max(1, settings.delivery_slow_threads // 2))
         self.speed = HostSpeed(settings.delivery_slow_seconds)
         self.capacity = Capacity(fast, slow, self.speed)
-        self.sender = AsyncSender(policy, timeout=settings.delivery_timeout,
-                                  per_host=settings.delivery_per_host + max(1, settings.delivery_slow_threads // 2),
+        self.sender = AsyncSender(policy, timeout=settings.delivery_timeout, per_host=fast.per_host + slow.per_host,
                                   user_agent="lucid-hub WebSub hub")
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from lucid_hub.outbound import AddressPolicy, AddressRefused, hub_signature
+from lucid_hub.outbound import AddressPolicy, AddressRefused, hub_signature, no_answer
 
 log = logging.getLogger(__name__)
 # The most of a callback's answer that is read (the rest is dropped with its connection).
@@ -122,7 +122,7 @@ class AsyncSender:
         except ValueError:
             pass  # a host name: PolicyResolver checks what it resolves to
         except AddressRefused as exc:
-            return 0, f"AddressRefused: {exc}"[:1024]
+            return 0, no_answer(exc)
         session = await self._client()
         try:
             async with session.post(url, data=body, headers=hub_signature(headers, body, secret),
@@ -130,7 +130,7 @@ class AsyncSender:
                 await answer.content.read(ANSWER_BYTES)
                 return answer.status, f"HTTP {answer.status}"
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
+            return 0, no_answer(exc)
 
     def stop(self, timeout: float = 30) -> None:
         """Wait for the work submitted (up to `timeout` seconds), then close the pools and the loop."""

@@ -41,8 +41,6 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("retry_at", sa.DateTime(timezone=True), nullable=True),
     )
-
-
     op.create_table(
         "pending_reactions",
         sa.Column("patch_id", sa.String(80), sa.ForeignKey("patches.id", ondelete="CASCADE"), primary_key=True),
