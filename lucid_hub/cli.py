@@ -675,6 +675,24 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, 
     run(counts, deliveries, kafka, baseline, workers, database)
 
 
+@bench.command("tls")
+@click.option("--deliveries", default=3000, show_default=True, help="POSTs per run.")
+@click.option("--in-flight", default=16, show_default=True, help="POSTs in flight at once.")
+def bench_tls(deliveries: int, in_flight: int) -> None:
+    """Deliveries to an https callback: HTTP/1.1 (aiohttp) against HTTP/2 (httpcore)."""
+    import importlib.util
+
+    if deliveries < 1 or in_flight < 1:
+        raise InputError("--deliveries and --in-flight must be positive")
+    missing = [name for name in ("hypercorn", "trustme") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InputError(f"bench tls needs {' and '.join(missing)} (pip install -e '.[bench]')")
+    from lucid_hub.tools.bench.tls import run
+
+    click.echo(f"== {deliveries} deliveries to an https callback on loopback, {in_flight} in flight")
+    run(deliveries, in_flight)
+
+
 @bench.command("queries")
 @click.option("--subscriptions", default="10,100,1000", show_default=True, help="Comma-separated counts.")
 @click.option("--patches", default=200, show_default=True, help="Patches per phase (steady rate, then a burst).")

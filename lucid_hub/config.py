@@ -120,12 +120,19 @@ class Settings:
     lease_max: int = 30 * 24 * 3600
     # Address ranges (CIDR, comma-separated) callbacks may resolve to although private.
     callback_allow_cidrs: str = ""
+    # A PEM file of certificate authorities trusted, besides the usual ones (certifi's), by
+    # every outbound https request: callbacks, intent verification, mirrored hubs, webhooks
+    # (partners whose servers carry certificates of a private PKI).
+    outbound_ca_file: str = ""
     # Deliveries: attempts before a subscription is marked failed; backoff (seconds) doubles
     # from base up to max, with jitter; seconds a callback may take to answer.
     delivery_max_attempts: int = 10
     delivery_backoff_base: float = 1.0
     delivery_backoff_max: float = 600.0
     delivery_timeout: float = 10.0
+    # Offer HTTP/2 to https callbacks (multiplexed on one connection per host; slower here
+    # than HTTP/1.1 over kept-alive pools: delivery/sender.py).
+    delivery_http2: bool = False
     # Deliveries a process has in flight in its fast lane (one event loop holds them all:
     # delivery/sender.py; the names are from when each was a thread), and how many of them
     # one client and one callback host may hold at once; callback hosts whose POSTs take
@@ -256,6 +263,8 @@ class Settings:
             raise ConfigError(f"LUCID_TRUSTED_PROXIES: {exc}") from None
         if self.mirror_on_revoke not in ("keep", "purge"):
             raise ConfigError("LUCID_MIRROR_ON_REVOKE must be keep or purge")
+        if self.outbound_ca_file and not Path(self.outbound_ca_file).is_file():
+            raise ConfigError(f"LUCID_OUTBOUND_CA_FILE: no file {self.outbound_ca_file}")
         if self.log_format not in ("text", "json"):
             raise ConfigError("LUCID_LOG_FORMAT must be text or json")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):

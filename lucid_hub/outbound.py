@@ -16,8 +16,10 @@ import hashlib
 import hmac
 import ipaddress
 import socket
+import ssl
 from typing import Any
 
+import certifi
 import requests
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -78,18 +80,28 @@ class AddressRefused(InputError):
 class AddressPolicy:
     """Which addresses outbound requests may reach."""
 
-    def __init__(self, *, dev_mode: bool, allowed: list[Network]) -> None:
+    def __init__(self, *, dev_mode: bool, allowed: list[Network], ca_file: str = "") -> None:
         self.dev_mode = dev_mode
         self.allowed = allowed
+        self.ca_file = ca_file  # authorities trusted besides certifi's (tls_context)
 
     @classmethod
     def of(cls, settings: Settings) -> AddressPolicy:
-        """The policy the settings give (LUCID_DEV_MODE, LUCID_CALLBACK_ALLOW_CIDRS)."""
+        """The policy the settings give (LUCID_DEV_MODE, LUCID_CALLBACK_ALLOW_CIDRS,
+        LUCID_OUTBOUND_CA_FILE)."""
         try:
             allowed = parse_networks(settings.callback_allow_cidrs)
         except ValueError as exc:
             raise InputError(f"LUCID_CALLBACK_ALLOW_CIDRS: {exc}") from None
-        return cls(dev_mode=settings.dev_mode, allowed=allowed)
+        return cls(dev_mode=settings.dev_mode, allowed=allowed, ca_file=settings.outbound_ca_file)
+
+    def tls_context(self) -> ssl.SSLContext:
+        """A new TLS context for outbound https: certifi's authorities (as requests trusts),
+        and the operator's `ca_file` besides; host names verified."""
+        context = ssl.create_default_context(cafile=certifi.where())
+        if self.ca_file:
+            context.load_verify_locations(cafile=self.ca_file)
+        return context
 
     def check(self, address: Address, what: str = "the host") -> None:
         """AddressRefused unless `address` (what `what` resolves to) may be called."""
@@ -152,7 +164,9 @@ def _pool_classes(policy: AddressPolicy) -> dict[str, type[HTTPConnectionPool]]:
 
 
 def pool_manager(policy: AddressPolicy, **kwargs: Any) -> urllib3.PoolManager:
-    """A urllib3 PoolManager whose every connection obeys `policy`."""
+    """A urllib3 PoolManager whose every connection obeys `policy` (addresses, authorities)."""
+    if policy.ca_file:
+        kwargs.setdefault("ssl_context", policy.tls_context())
     manager = urllib3.PoolManager(**kwargs)
     manager.pool_classes_by_scheme = _pool_classes(policy)
     return manager
@@ -169,6 +183,8 @@ class _GuardedAdapter(requests.adapters.HTTPAdapter):
             allowed_methods=frozenset({"GET", "HEAD", "OPTIONS"}), raise_on_status=False))
 
     def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
+        if self.policy.ca_file:  # (requests adds certifi's authorities to the context's own)
+            pool_kwargs.setdefault("ssl_context", self.policy.tls_context())
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
         self.poolmanager.pool_classes_by_scheme = _pool_classes(self.policy)
 

@@ -199,7 +199,8 @@ class Deliverer:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.claim_seconds = settings.delivery_claim_seconds
         # Every connection to a callback checks the address it connects to (lucid_hub.outbound).
-        policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=parse_cidrs(settings.callback_allow_cidrs))
+        policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=parse_cidrs(settings.callback_allow_cidrs),
+                               ca_file=settings.outbound_ca_file)
         # Deliveries run in a fast and a slow lane, shared out by client and host
         # (delivery/fairness.py), all on one event loop (delivery/sender.py); verifications
         # and notices have threads of their own (hub/).
@@ -209,7 +210,7 @@ class Deliverer:
         self.speed = HostSpeed(settings.delivery_slow_seconds)
         self.capacity = Capacity(fast, slow, self.speed)
         self.sender = AsyncSender(policy, timeout=settings.delivery_timeout, per_host=fast.per_host + slow.per_host,
-                                  user_agent="lucid-hub WebSub hub")
+                                  user_agent="lucid-hub WebSub hub", http2=settings.delivery_http2)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

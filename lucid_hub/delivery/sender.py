@@ -1,15 +1,20 @@
-"""Deliveries from one event loop: aiohttp with keep-alive connection pools per callback host,
-every connection made to an address the outbound policy allows.
+"""Deliveries from one event loop, with keep-alive connection pools per callback host, every
+connection made to an address the outbound policy allows, through aiohttp (HTTP/1.1, with its
+C parser). With `http2` (LUCID_DELIVERY_HTTP2), `https` callbacks go through httpcore instead,
+which offers HTTP/2 in the TLS handshake (ALPN) and multiplexes a host's deliveries on one
+connection where the callback speaks it: fewer connections at a partner, but measured here
+a third of aiohttp's deliveries a second (its HTTP/1.1 and HTTP/2 are pure Python;
+docs/BENCHMARKS.md), hence not the default.
 
 A delivery is mostly waiting for the callback's answer. On threads, each POST in flight held
 a thread and every answer handed the interpreter over (py-spy: urllib3's per-request Python
 and the thread switches were most of a delivery's cost); here one loop thread holds all of
 them, so deliveries in flight are bounded by the fairness shares, not by threads.
 
-The address policy (lucid_hub.outbound) is applied where the loop resolves a host name
-(`PolicyResolver`: the connector connects only to addresses it returned, so a name cannot
-be re-resolved elsewhere in between) and, for a callback named by an IP literal (which
-aiohttp never resolves), before the request.
+The address policy (lucid_hub.outbound) is applied where a connection resolves its host
+(aiohttp's `PolicyResolver`, httpcore's `PolicyBackend`: both connect only to the addresses
+the policy checked, so a name cannot be re-resolved elsewhere in between) and, for a callback
+named by an IP literal (which aiohttp never resolves), before the request.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import errno
 import ipaddress
 import logging
 import socket
+import ssl
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import httpcore
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from lucid_hub.outbound import AddressPolicy, AddressRefused, hub_signature, no_answer
@@ -33,6 +40,17 @@ from lucid_hub.outbound import AddressPolicy, AddressRefused, hub_signature, no_
 log = logging.getLogger(__name__)
 # The most of a callback's answer that is read (the rest is dropped with its connection).
 ANSWER_BYTES = 64 * 1024
+# Seconds an idle kept-alive connection stays open (aiohttp's default, for both clients).
+KEEPALIVE_SECONDS = 15.0
+# What an https POST can fail with short of an answer (httpcore's exceptions have no common base).
+_HTTPCORE_FAILURES = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                      httpcore.UnsupportedProtocol, httpcore.PoolTimeout, ssl.SSLError, OSError, ValueError)
+
+
+async def checked_addresses(policy: AddressPolicy, host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to, every one allowed by `policy` (looked up on a thread:
+    getaddrinfo blocks); AddressRefused otherwise."""
+    return await asyncio.get_running_loop().run_in_executor(None, policy.resolve, host, port, "the callback")
 
 
 class PolicyResolver(AbstractResolver):
@@ -45,8 +63,7 @@ class PolicyResolver(AbstractResolver):
     async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
                       ) -> list[ResolveResult]:
         try:
-            addresses = await asyncio.get_running_loop().run_in_executor(None, self.policy.resolve, host, port,
-                                                                         "the callback")
+            addresses = await checked_addresses(self.policy, host, port)
         except AddressRefused as exc:  # (aiohttp reports the strerror: the reason reaches the subscription)
             raise OSError(errno.EACCES, str(exc)) from None
         return [ResolveResult(hostname=host, host=address, port=port,
@@ -58,14 +75,49 @@ class PolicyResolver(AbstractResolver):
         return None
 
 
+class PolicyBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend (its documented hook for how connections are made) that
+    connects only to addresses the policy allows; TLS then verifies the host name as usual
+    (httpcore passes the URL's host to the handshake, not the address)."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self.policy = policy
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+        try:
+            addresses = await checked_addresses(self.policy, host, port)
+        except AddressRefused as exc:
+            raise httpcore.ConnectError(str(exc)) from None
+        failure: Exception = httpcore.ConnectError(f"{host!r} resolves to no address")
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        raise failure
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("callbacks are not delivered to Unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
 class AsyncSender:
     """An event loop on a thread of its own that runs delivery coroutines and POSTs for them."""
 
-    def __init__(self, policy: AddressPolicy, *, timeout: float, per_host: int, user_agent: str) -> None:
+    def __init__(self, policy: AddressPolicy, *, timeout: float, per_host: int, user_agent: str,
+                 http2: bool = False) -> None:
         self.policy = policy
         self.timeout = timeout
         self.per_host = per_host
         self.user_agent = user_agent
+        self.http2 = http2
+        self.tls = policy.tls_context()
+        self._tls_pool: httpcore.AsyncConnectionPool | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -106,12 +158,23 @@ class AsyncSender:
         if self._session is None:
             # Keep-alive pools per host (aiohttp keeps idle connections 15 s by default); no
             # proxies or .netrc from the environment (trust_env false), no cookies kept.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.per_host,
-                                             resolver=PolicyResolver(self.policy), ttl_dns_cache=10)
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.per_host, keepalive_timeout=KEEPALIVE_SECONDS,
+                                             resolver=PolicyResolver(self.policy), ttl_dns_cache=10, ssl=self.tls)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout),
                 headers={"User-Agent": self.user_agent}, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         return self._session
+
+    def _tls_client(self) -> httpcore.AsyncConnectionPool:
+        if self._tls_pool is None:
+            # HTTP/2 offered by ALPN: a callback host that takes it gets its deliveries as
+            # streams of one connection. No overall limit (the fairness shares bound what is
+            # in flight); idle connections kept as long as aiohttp's.
+            self._tls_pool = httpcore.AsyncConnectionPool(
+                ssl_context=self.policy.tls_context(),  # its own: httpcore sets its ALPN protocols
+                max_connections=None, keepalive_expiry=KEEPALIVE_SECONDS, http1=True,
+                http2=True, network_backend=PolicyBackend(self.policy))
+        return self._tls_pool
 
     async def post(self, url: str, body: bytes, headers: dict[str, str], secret: str | None) -> tuple[int, str]:
         """POST a callback as `outbound.signed_post` does (signed when there is a secret,
@@ -123,6 +186,8 @@ class AsyncSender:
             pass  # a host name: PolicyResolver checks what it resolves to
         except AddressRefused as exc:
             return 0, no_answer(exc)
+        if self.http2 and url.startswith("https:"):
+            return await self._post_tls(url, body, hub_signature(headers, body, secret))
         session = await self._client()
         try:
             async with session.post(url, data=body, headers=hub_signature(headers, body, secret),
@@ -130,6 +195,20 @@ class AsyncSender:
                 await answer.content.read(ANSWER_BYTES)
                 return answer.status, f"HTTP {answer.status}"
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            return 0, no_answer(exc)
+
+    async def _post_tls(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        fields = [(b"User-Agent", self.user_agent.encode()), *((k.encode(), v.encode()) for k, v in headers.items())]
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self._tls_client().stream("POST", url, headers=fields, content=body) as answer:
+                    read = 0
+                    async for chunk in answer.aiter_stream():
+                        read += len(chunk)
+                        if read >= ANSWER_BYTES:
+                            break
+                    return answer.status, f"HTTP {answer.status}"
+        except _HTTPCORE_FAILURES as exc:
             return 0, no_answer(exc)
 
     def stop(self, timeout: float = 30) -> None:
@@ -144,6 +223,9 @@ class AsyncSender:
             if self._session is not None:
                 await self._session.close()
                 self._session = None
+            if self._tls_pool is not None:
+                await self._tls_pool.aclose()
+                self._tls_pool = None
             await asyncio.get_running_loop().shutdown_default_executor()  # (name lookups, claim renewals)
 
         try:

@@ -28,7 +28,7 @@ class CallbackNotices:
     def __init__(self, settings: Settings) -> None:
         self.timeout = settings.delivery_timeout
         self.allowed = parse_cidrs(settings.callback_allow_cidrs)
-        self.policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=self.allowed)
+        self.policy = AddressPolicy(dev_mode=settings.dev_mode, allowed=self.allowed, ca_file=settings.outbound_ca_file)
         self.http = outbound.session(self.policy, "lucid-hub WebSub hub")
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="websub-verify")
 
