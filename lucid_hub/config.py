@@ -153,6 +153,9 @@ class Settings:
     # Concurrent publishes of a graph share one database transaction and one store update
     # (each still its own signed, chained patch; docs/decisions.md). Off: one of each per patch.
     group_commit: bool = True
+    # On PostgreSQL: writers of a graph on every host of the database take turns by an advisory
+    # lock of the graph (hub replicas with stores of their own; lucid_hub.locks.DatabaseLocks).
+    publish_db_lock: bool = True
     # Mirrors whose publisher withdrew access: keep the replica as it was, or purge it.
     mirror_on_revoke: str = "keep"
     # Mirrors tell their publisher how far they got: an LDN receipt to the graph's inbox per

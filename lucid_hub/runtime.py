@@ -18,7 +18,7 @@ from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
 from lucid_hub.errors import StoreError
 from lucid_hub.hub import CallbackNotices, WebSubHub
-from lucid_hub.locks import exclusive
+from lucid_hub.locks import DatabaseLocks, exclusive
 from lucid_hub.log import PatchLog, open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
 from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
@@ -132,7 +132,9 @@ class Runtime:
                               lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
                               patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce,
                               relay=slot == 0,  # one relay keeps each graph's order in the log
-                              group_commit=settings.group_commit)
+                              group_commit=settings.group_commit,
+                              db_locks=DatabaseLocks(db.engine) if settings.publish_db_lock and db.engine.dialect.name
+                              == "postgresql" else None)
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, archive, publisher, canonicalizer, trusted_keys)
@@ -182,6 +184,8 @@ class Runtime:
         self.log.close()
         self.canonicalizer.close()
         self.store.close()
+        if self.publisher.db_locks is not None:
+            self.publisher.db_locks.dispose()
         self.db.dispose()
 
 

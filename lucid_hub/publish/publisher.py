@@ -34,6 +34,7 @@ from lucid_hub.errors import (
     PatchSignatureError,
     PreconditionFailedError,
 )
+from lucid_hub.locks import DatabaseLocks
 from lucid_hub.log import LogRecord, PatchLog
 from lucid_hub.metrics import Metrics
 from lucid_hub.rdf.apply import GraphReplica, apply_to_msgs
@@ -216,12 +217,13 @@ class Publisher:
                  lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT,
                  read_only: Callable[[str], bool] = lambda _graph: False,
                  announce: Callable[[Patch], None] = lambda _patch: None, relay: bool = True,
-                 group_commit: bool = True) -> None:
+                 group_commit: bool = True, db_locks: DatabaseLocks | None = None) -> None:
         """`read_only` says which graphs change only through another hub (mirrors: local
         changes are refused); `announce` hears of each archived patch (the patch stream's
         announce: it must not raise or block); `relay`: this process moves outbox rows to
         the log (with several processes of one hub, only one does, or two could append a
-        graph's patches out of order)."""
+        graph's patches out of order); `db_locks`: writers on other hosts of the database take
+        turns with this process by them (PostgreSQL)."""
         self.archive = archive
         self.metrics = metrics or Metrics()
         self.patch_format = patch_format  # of the patches this hub makes (its partners read it)
@@ -241,6 +243,7 @@ class Publisher:
         self.read_only = read_only
         # With several processes of the hub on this data directory: where their write locks are.
         self.lock_dir = lock_dir
+        self.db_locks = db_locks
         self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._stripe_files: dict[int, Any] = {}
         self.relay_enabled = relay
@@ -388,9 +391,14 @@ class Publisher:
             jobs.append(queue.popleft())
             jobs[-1].taken = True
         try:
+            # Holding the graph's database lock, nobody else moves its head: catch up first
+            # rather than computing on a store another host has left behind.
+            current = self.db_locks is not None
+            if current:
+                self._sync(graph)
             for attempt in range(CAS_ATTEMPTS):
                 try:
-                    self._group_round(graph, [job for job in jobs if not job.done], synced=attempt > 0)
+                    self._group_round(graph, [job for job in jobs if not job.done], synced=current or attempt > 0)
                     return
                 except _Stale:
                     self._sync(graph)
@@ -716,8 +724,9 @@ class Publisher:
             return False
         pending = self.archive.after(graph, at)
         self.cache.drop(graph)
+        if pending:  # (debug: with replicas on one database, every publish of another one)
+            log.debug("store catching up: applying %d patches to <%s>", len(pending), graph)
         for record in pending:
-            log.info("store catching up: applying %s to <%s>", record.id, graph)
             self.store.apply(read_rdf_patch(record.body, self.canonicalizer))
         return bool(pending)
 
@@ -849,6 +858,9 @@ class Publisher:
                     taken.append(_FileLock(handle))
                     stripes_held.add(stripe)
                     stripes.append(stripe)
+            if self.db_locks is not None and new and not late:
+                # (a graph taken late, inside another's change: the compare-and-set alone)
+                taken.append(self.db_locks.acquire(new))
             held.update(new)
             try:
                 yield
