@@ -153,6 +153,9 @@ class Settings:
     # Concurrent publishes of a graph share one database transaction and one store update
     # (each still its own signed, chained patch; docs/decisions.md). Off: one of each per patch.
     group_commit: bool = True
+    # Seconds a leadership lease lasts unless renewed (renewed every third): a dead leader's
+    # roles are taken over within about 1.33x this (lucid_hub.leadership).
+    leader_lease_seconds: float = 10.0
     # On PostgreSQL: writers of a graph on every host of the database take turns by an advisory
     # lock of the graph (hub replicas with stores of their own; lucid_hub.locks.DatabaseLocks).
     publish_db_lock: bool = True
@@ -266,6 +269,8 @@ class Settings:
             raise ConfigError(f"LUCID_TRUSTED_PROXIES: {exc}") from None
         if self.mirror_on_revoke not in ("keep", "purge"):
             raise ConfigError("LUCID_MIRROR_ON_REVOKE must be keep or purge")
+        if self.leader_lease_seconds < 1:
+            raise ConfigError("LUCID_LEADER_LEASE_SECONDS must be at least 1")
         if self.outbound_ca_file and not Path(self.outbound_ca_file).is_file():
             raise ConfigError(f"LUCID_OUTBOUND_CA_FILE: no file {self.outbound_ca_file}")
         if self.log_format not in ("text", "json"):

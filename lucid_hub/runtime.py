@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
 from lucid_hub.errors import StoreError
 from lucid_hub.hub import CallbackNotices, WebSubHub
+from lucid_hub.leadership import Leadership
 from lucid_hub.locks import DatabaseLocks, exclusive
 from lucid_hub.log import PatchLog, open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
@@ -63,9 +66,13 @@ class Runtime:
     streams: StreamIndex  # the graphs' event streams (LDES), built from the archive when read
     inbox: Inbox  # the graphs' Linked Data Notifications inboxes
     rules: RuleEngine  # event-condition-action rules; deferred ones run (in the leader) once rules.start() ran
-    # The process with the first store copy: it alone runs the mirrors' maintenance, the
-    # relay to Kafka and the metrics port (one `serve` process: always the leader).
+    # The process that holds the leadership lease (lucid_hub.leadership): of all processes on
+    # all replicas, it alone relays to Kafka, keeps the mirrors, evaluates queries and windows
+    # and runs deferred rules. Candidates are the processes with their data directory's first
+    # store copy (`candidate`); each serves its replica's metrics port.
     leader: bool = True
+    candidate: bool = True
+    leadership: Leadership | None = None
     metrics_listener: WSGIServer | None = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
 
     def _wire_rules(self) -> None:
@@ -83,6 +90,43 @@ class Runtime:
     def _callback_prefixes(self, owner: Any) -> list[str]:
         client = self.clients.get(owner.endpoint_id)
         return list(client.callback_prefixes) if client is not None else []
+
+    @property
+    def relay_interval(self) -> float:
+        """Seconds between the relay's looks at the outbox: often with several processes
+        (others' publishes wait for it), else only to retry (publishes wake it)."""
+        return 2.0 if self.settings.web_workers == 1 else 0.1
+
+    def start_roles(self) -> None:
+        """Start what the leader does (called where the hub serves, and on taking the lease)."""
+        if not self.leader:
+            return
+        self.mirrors.start()
+        self.queries.start()
+        self.windows.start()
+        self.rules.start()
+        self.publisher.start_relay(interval=self.relay_interval)
+
+    def lead(self) -> None:
+        """This process took the leadership lease after waiting for it: take the roles over
+        (the relay first appends what the last leader left in the outbox)."""
+        log.info("this process now leads the hub's replicas")
+        self.leader = True
+        self.publisher.relay_enabled = True
+        self.queries.evaluates = self.windows.evaluates = True
+        self.rules.leader = True
+        try:
+            self.publisher.resume_relay()
+        except Exception as exc:  # the relay's own loop tries again
+            log.warning("relay after taking the leadership failed: %s", exc)
+        self.start_roles()
+
+    def _resign(self, reason: str) -> None:
+        """The lease is lost: stop relaying at once (the roles' threads go with the process
+        under `serve`, which exits; see server.py)."""
+        log.error("leadership lost: %s", reason)
+        self.leader = False
+        self.publisher.relay_enabled = False
 
     def start_metrics_listener(self) -> None:
         """/metrics on LUCID_METRICS_PORT, apart from the API port (see web.ops.metrics)."""
@@ -102,7 +146,8 @@ class Runtime:
 
         Processes of one data directory start one after the other (a file lock): schema
         upgrades, first-start keys and the policy files' load must not race. Each takes the
-        first store copy no other process holds; the one with `store` is the leader."""
+        first store copy no other process holds; the one with `store` is its data directory's
+        candidate for the deployment's leadership, and leads if it can take the lease."""
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         with _startup_lock(settings.data_dir):
             return cls._open(settings, repair)
@@ -114,6 +159,14 @@ class Runtime:
         try:
             store, slot = _open_store(settings)
         except StoreError:
+            db.dispose()
+            raise
+        leadership = Leadership(db, settings.leader_lease_seconds, holder=replica_id(settings.data_dir)) \
+            if slot == 0 else None
+        try:
+            leader = leadership is not None and leadership.try_acquire()
+        except BaseException:
+            store.close()
             db.dispose()
             raise
         patch_log = open_log(settings, db)
@@ -131,7 +184,7 @@ class Runtime:
                               cache_statements=settings.msg_cache_statements, metrics=metrics,
                               lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
                               patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce,
-                              relay=slot == 0,  # one relay keeps each graph's order in the log
+                              relay=leader,  # one relay keeps each graph's order in the log
                               group_commit=settings.group_commit,
                               db_locks=DatabaseLocks(db.engine) if settings.publish_db_lock and db.engine.dialect.name
                               == "postgresql" else None)
@@ -142,18 +195,22 @@ class Runtime:
         delivery = Deliverer(settings, db, archive, canonicalizer, policies, deny=notices.deny, stream=stream,
                              metrics=metrics)
         hub = WebSubHub(settings, db, archive, notices, on_subscribed=delivery.subscribed)
-        queries = QueryService(settings, db, store, policies, tokens, publisher.sync_all, evaluates=slot == 0)
+        queries = QueryService(settings, db, store, policies, tokens, publisher.sync_all, evaluates=leader)
         runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db),
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
                       hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens, queries.engine,
-                                                            canonicalizer, evaluates=slot == 0),
+                                                            canonicalizer, evaluates=leader),
                       StreamIndex(archive, canonicalizer, settings.stream_graphs),
                       Inbox(db, lambda ident: notification_url(settings.public_url, ident),
                             max_bytes=settings.inbox_max_bytes, per_minute=settings.inbox_rate,
                             poll=stream.poll),
-                      RuleEngine(settings, db, archive, store, canonicalizer, metrics, key, leader=slot == 0),
-                      leader=slot == 0)
+                      RuleEngine(settings, db, archive, store, canonicalizer, metrics, key, leader=leader),
+                      leader=leader, candidate=slot == 0, leadership=leadership)
+        if leadership is not None:
+            publisher.may_relay = lambda: leadership.held  # a holder past its lease appends nothing
+            leadership.on_loss = runtime._resign
+            leadership.start(acquired=leader)
         runtime.windows.on_written = runtime.queries.notify_channels  # WebSockets observe both
         runtime._wire_rules()
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
@@ -184,9 +241,25 @@ class Runtime:
         self.log.close()
         self.canonicalizer.close()
         self.store.close()
+        if self.leadership is not None:
+            self.leadership.release()
         if self.publisher.db_locks is not None:
             self.publisher.db_locks.dispose()
         self.db.dispose()
+
+
+def replica_id(data_dir: Path) -> str:
+    """This data directory's name in the leadership lease: made at its first start. One process
+    of a data directory at a time holds its first store copy (RocksDB's lock), so a candidate
+    restarted after a crash is known to succeed the holder of that name, and resumes its lease
+    at once instead of waiting for it to run out."""
+    path = data_dir / "replica-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        name = f"{socket.gethostname()[:80]}:{secrets.token_hex(8)}"
+        path.write_text(name + "\n")
+        return name
 
 
 def _open_store(settings: Settings) -> tuple[GraphStore, int]:

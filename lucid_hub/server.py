@@ -1,8 +1,10 @@
 """`lucid-hub serve`: the hub's HTTP API, relay and mirrors.
 
 gunicorn (gthread) serves when it is installed: LUCID_WEB_WORKERS processes (each a hub on
-its own copy of the store, caught up from the archive; the first, the leader, also keeps the
-mirrors, relays to Kafka and serves the metrics port) with LUCID_WEB_THREADS threads each.
+its own copy of the store, caught up from the archive; the first serves the metrics port and
+is the data directory's candidate for the leadership of all the hub's replicas: the one that
+holds the lease keeps the mirrors, relays to Kafka, evaluates queries and windows and runs
+deferred rules) with LUCID_WEB_THREADS threads each.
 SIGTERM stops it gracefully: the listening socket closes, requests in flight finish (up to
 LUCID_GRACEFUL_TIMEOUT), then each runtime closes: deliveries in flight finish and are
 recorded, the relay empties the outbox.
@@ -12,6 +14,7 @@ Werkzeug's threaded server is the fallback (and `--server werkzeug`).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import threading
@@ -27,6 +30,8 @@ from lucid_hub.runtime import Runtime
 from lucid_hub.web import create_app
 
 log = logging.getLogger(__name__)
+# The exit status of a process that lost the leadership (not gunicorn's 3 or 4, which stop it).
+LOST_LEADERSHIP_EXIT = 70
 
 
 def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto") -> None:
@@ -59,7 +64,7 @@ def _serve_werkzeug(settings: Settings) -> None:
     from werkzeug.serving import make_server
 
     runtime = Runtime.open(settings)
-    runtime.publisher.start_relay()
+    _exit_on_lost_leadership(runtime)
     httpd = make_server(settings.host, settings.port, create_app(settings, runtime), threaded=True)
     gcpause.freeze_startup()
 
@@ -107,7 +112,7 @@ def _serve_gunicorn(settings: Settings) -> None:
             # In the worker: open the runtime there, after the fork. With several workers the
             # leader's relay looks at the outbox often: the others' publishes wait for it.
             self.runtime = Runtime.open(settings)
-            self.runtime.publisher.start_relay(interval=2.0 if settings.web_workers == 1 else 0.1)
+            _exit_on_lost_leadership(self.runtime)
             app = create_app(settings, self.runtime)
             gcpause.freeze_startup()
             return app
@@ -130,6 +135,24 @@ def _serve_gunicorn(settings: Settings) -> None:
                 self.runtime.close()
 
     HubApplication().run()
+
+
+def _exit_on_lost_leadership(runtime: Runtime) -> None:
+    """A leader that lost its lease exits (after it stopped relaying), and is started again as
+    a follower (gunicorn starts a new worker; a lone process, its container): the leader's
+    threads are not unwound in place (lucid_hub.leadership)."""
+    if runtime.leadership is None:
+        return
+    resign = runtime.leadership.on_loss
+
+    def lost(reason: str) -> None:
+        resign(reason)
+        log.critical("exiting: this process lost the leadership (%s); it starts again as a follower", reason)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(LOST_LEADERSHIP_EXIT)
+
+    runtime.leadership.on_loss = lost
 
 
 def _child_exit(_arbiter: Any, worker: Any) -> None:

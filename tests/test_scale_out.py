@@ -24,6 +24,17 @@ def fresh(hub: HubProcess, method: str, path: str, **kwargs: object) -> requests
                             timeout=60, **kwargs)  # type: ignore[arg-type]
 
 
+def whole_chain(pod: HubProcess) -> list[dict[str, str]]:
+    """The graph's patches, oldest first, page by page (100 a page)."""
+    patches: list[dict[str, str]] = []
+    page: str | None = f"/patches?graph={G}"
+    while page:
+        answer = pod.call("GET", page.removeprefix(pod.url), headers={"Accept": "application/json"}).json()
+        patches += answer["patches"]
+        page = answer["next"]
+    return patches
+
+
 def test_publishes_through_every_pod_keep_one_chain_and_none_fails_for_a_concurrent_one(
         tmp_path: Path, postgres_url: str) -> None:
     from tests.conftest import _reset_postgres
@@ -48,12 +59,7 @@ def test_publishes_through_every_pod_keep_one_chain_and_none_fails_for_a_concurr
         refused = [(a.status_code, a.text[:200]) for a in answers if a.status_code not in (200, 201)]
         assert refused == []  # none failed because another pod published at the same moment
 
-        patches: list[dict[str, str]] = []
-        page: str | None = f"/patches?graph={G}"
-        while page:  # (pages of 100)
-            answer = pods[1].call("GET", page.removeprefix(pods[1].url), headers={"Accept": "application/json"}).json()
-            patches += answer["patches"]
-            page = answer["next"]
+        patches = whole_chain(pods[1])
         assert len(patches) == 151 and patches[0]["id"] == first
         assert [p["prev"] for p in patches] == [None] + [p["id"] for p in patches[:-1]]  # one linear chain
         assert sorted(a.json()["patch"] for a in answers) == sorted(p["id"] for p in patches[1:])
@@ -70,6 +76,15 @@ def test_publishes_through_every_pod_keep_one_chain_and_none_fails_for_a_concurr
             return answer.headers.get("ETag") == f'"{head}"' and len(answer.text.strip().splitlines()) == 151
 
         wait_until(lambda: all(served(pod) for pod in pods), 30, "every pod's store at the head")
+
+        # Read your writes on another pod: a read looks up the head and catches its store up first.
+        for i in range(6):
+            writer, reader = pods[i % 3], pods[(i + 1) % 3]
+            written = fresh(writer, "POST", "/graphs", params={"graph": G},
+                            data=f"<urn:x:ryw{i}> <urn:x:p> <urn:x:o> .\n".encode(),
+                            headers={"Content-Type": "application/n-triples"}).json()["patch"]
+            read = fresh(reader, "GET", "/graphs", params={"graph": G}, headers={"Accept": "application/n-triples"})
+            assert read.headers["ETag"] == f'"{written}"' and f"<urn:x:ryw{i}>" in read.text
     finally:
         for pod in pods:
             pod.stop()
@@ -116,3 +131,96 @@ def test_database_locks_make_writers_on_other_hosts_wait_and_die_with_their_conn
         here.dispose()
         there.dispose()
         db.dispose()
+
+
+def kafka_patches(bootstrap: str, topic: str, expected: int) -> list[tuple[str, str]]:
+    """(graph, patch id) of every record of the topic, in each graph's order (a graph's records
+    share a partition), once `expected` are there (or after a deadline)."""
+    import time
+
+    from lucid_hub.log.kafka import KafkaPatchLog
+
+    log = KafkaPatchLog(bootstrap, topic)
+    consumer = log.consumer(f"check-{topic}")
+    found: list[tuple[str, str]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(found) < expected and time.monotonic() < deadline:
+            found += [(r.graph, r.patch_id) for r in consumer.poll(500, 0.5)]
+        found += [(r.graph, r.patch_id) for r in consumer.poll(500, 1.0)]  # and nothing more
+    finally:
+        consumer.close()
+        log.close()
+    return found
+
+
+def test_one_leader_relays_once_and_a_killed_leader_is_succeeded_within_the_bound(
+        tmp_path: Path, postgres_url: str, kafka_bootstrap: str) -> None:
+    import time
+
+    from sqlalchemy import create_engine, text
+
+    from tests.conftest import _reset_postgres
+
+    _reset_postgres(postgres_url)
+    topic = f"scale-{tmp_path.name}"
+    env = {"LUCID_DATABASE_URL": postgres_url, "LUCID_KAFKA_BOOTSTRAP": kafka_bootstrap, "LUCID_KAFKA_TOPIC": topic,
+           "LUCID_LEADER_LEASE_SECONDS": "6"}
+    pods = [HubProcess(f"pod-{n}", tmp_path / f"pod-{n}", env) for n in range(3)]
+    for pod in pods:
+        pod.start()
+    engine = create_engine(postgres_url)
+
+    def leader() -> HubProcess | None:
+        with engine.connect() as c:
+            row = c.execute(text("SELECT holder, expires_at FROM leases WHERE name = 'hub'")).one_or_none()
+        if row is None or row.expires_at < time.time():
+            return None
+        held = [p for p in pods if (p.data / "replica-id").read_text().strip() == row.holder]
+        return held[0] if held else None
+
+    def publish_through_all(first: int, count: int, alive: list[HubProcess]) -> list[str]:
+        def post(i: int) -> str:
+            answer = fresh(alive[i % len(alive)], "POST", "/graphs", params={"graph": G},
+                           data=f'<https://acme.example/id/po-{i}> <https://acme.example/status> "open" .\n'.encode(),
+                           headers={"Content-Type": "application/n-triples"})
+            assert answer.status_code in (200, 201), answer.text
+            return str(answer.json()["patch"])
+
+        with ThreadPoolExecutor(9) as pool:
+            return list(pool.map(post, range(first, first + count)))
+
+    try:
+        wait_until(lambda: leader() is not None, 20, "a leader")
+        first = leader()
+        assert first is not None
+        published = publish_through_all(0, 90, pods)
+
+        # Kill the leader as a crash would; another pod holds the lease within 6 s x 1.33 + a look.
+        first.stop(kill=True)
+        alive = [p for p in pods if p is not first]
+        killed_at = time.monotonic()
+        wait_until(lambda: leader() in alive, 20, "another pod to take the leadership")
+        handover = time.monotonic() - killed_at
+        assert handover <= 6 * 4 / 3 + 2, handover
+        published += publish_through_all(90, 60, alive)
+
+        # Exactly once in the log, in the chain's order: one relay at a time, the new one
+        # appending what the dead one left in the outbox.
+        ids = [p["id"] for p in whole_chain(alive[0])]
+        assert sorted(ids) == sorted(published)
+        logged = [pid for graph, pid in kafka_patches(kafka_bootstrap, topic, 151) if graph == G]
+        assert logged == ids, (len(logged), len(set(logged)), len(ids))
+
+        # A leader stopped cleanly (a rolling update) ends its lease: the next look takes it.
+        second = leader()
+        assert second is not None
+        second.stop()
+        stopped_at = time.monotonic()
+        last = [p for p in alive if p is not second]
+        wait_until(lambda: leader() in last, 20, "the last pod to take the leadership")
+        assert time.monotonic() - stopped_at <= 6 / 3 + 2
+    finally:
+        engine.dispose()
+        for pod in pods:
+            pod.stop()

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 IRI = String(2048)
@@ -369,3 +380,16 @@ class RuleCursor(Base):
     patch: Mapped[str | None] = mapped_column(PATCH_ID, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # of the next patch, so far
     retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Lease(Base):
+    """Who does what only one process of the whole deployment may do (the relay to the log,
+    the mirrors, evaluating queries and windows, deferred rules): held until `expires_at`
+    (Unix seconds) unless renewed; `epoch` counts the holders (lucid_hub.leadership)."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[float] = mapped_column(Float)

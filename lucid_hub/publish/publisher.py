@@ -247,6 +247,9 @@ class Publisher:
         self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._stripe_files: dict[int, Any] = {}
         self.relay_enabled = relay
+        # Whether this process may append to the log now (the leadership lease, checked before
+        # each batch: a leader that stalled past its lease must not append after another).
+        self.may_relay: Callable[[], bool] = lambda: True
         # Rules (rules/engine.py): the graphs a patch of a graph can make rules write, with the
         # graph itself (empty: none), locked with it; and the reaction to each archived patch,
         # called under those locks.
@@ -774,7 +777,7 @@ class Publisher:
             return 0  # nothing to relay: the archive wrote the log's entries
         moved = 0
         with self._relay_lock:
-            while True:
+            while self.may_relay():
                 rows = self.archive.outbox(RELAY_BATCH)
                 if not rows:
                     return moved
@@ -782,6 +785,7 @@ class Publisher:
                 _crash_point("after-log-append", rows[-1][1])
                 self.archive.relayed(rows[-1][0])
                 moved += len(rows)
+            return moved
 
     def repair(self) -> None:
         """Bring store and log up to the archive (run at start)."""
@@ -789,8 +793,13 @@ class Publisher:
             with self._lock(graph):
                 self._sync(graph)
         if self.relay_enabled:
-            self._drop_relayed_outbox()
-            self.relay()
+            self.resume_relay()
+
+    def resume_relay(self) -> None:
+        """Relay what a relay before this one left in the outbox (a crash, or a leader that
+        died): rows the log already holds are dropped, not appended twice."""
+        self._drop_relayed_outbox()
+        self.relay()
 
     def sync_all(self) -> list[str]:
         """Bring the store up to the archive for every graph another process changed (before

@@ -39,12 +39,12 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     headers.register(app)
     ops.init_request_observation(app)
     app.extensions["lucid"].start_delivery(settings.deliver_in_process)
-    if app.extensions["lucid"].leader:  # one process of a hub keeps the mirrors and serves the metrics port
-        app.extensions["lucid"].mirrors.start()
-        app.extensions["lucid"].queries.start()
-        app.extensions["lucid"].windows.start()
-        app.extensions["lucid"].rules.start()
-        app.extensions["lucid"].start_metrics_listener()
+    hub = app.extensions["lucid"]
+    hub.start_roles()  # the leader's: mirrors, query and window evaluation, deferred rules, relay
+    if hub.leadership is not None:
+        hub.leadership.on_gain = hub.lead  # a candidate waits to take them over
+    if hub.candidate:  # one process of each replica serves its metrics port
+        hub.start_metrics_listener()
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
