@@ -156,6 +156,8 @@ class Settings:
     # Seconds a leadership lease lasts unless renewed (renewed every third): a dead leader's
     # roles are taken over within about 1.33x this (lucid_hub.leadership).
     leader_lease_seconds: float = 10.0
+    # /readyz answers 503 while this process's store is more patches behind the archive than this.
+    ready_max_lag: int = 1000
     # On PostgreSQL: writers of a graph on every host of the database take turns by an advisory
     # lock of the graph (hub replicas with stores of their own; lucid_hub.locks.DatabaseLocks).
     publish_db_lock: bool = True

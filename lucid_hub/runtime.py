@@ -6,8 +6,9 @@ import contextlib
 import logging
 import secrets
 import socket
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -73,6 +74,8 @@ class Runtime:
     leader: bool = True
     candidate: bool = True
     leadership: Leadership | None = None
+    _follower: threading.Thread | None = None
+    _stop_following: threading.Event = field(default_factory=threading.Event)
     metrics_listener: WSGIServer | None = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
 
     def _wire_rules(self) -> None:
@@ -127,6 +130,24 @@ class Runtime:
         log.error("leadership lost: %s", reason)
         self.leader = False
         self.publisher.relay_enabled = False
+
+    def start_following(self, interval: float = 1.0) -> None:
+        """Keep this process's store at most about `interval` behind the archive (other
+        replicas' publishes): a read catches its graph up before it answers anyway, but a
+        replica that applies as patches come never makes a read wait for a long tail."""
+        if self._follower is not None:
+            return
+        stop = self._stop_following
+
+        def follow() -> None:
+            while not stop.wait(interval):
+                try:
+                    self.publisher.sync_all()
+                except Exception as exc:  # the next round tries again
+                    log.warning("store not caught up with the archive: %s", exc)
+
+        self._follower = threading.Thread(target=follow, name="store-follower", daemon=True)
+        self._follower.start()
 
     def start_metrics_listener(self) -> None:
         """/metrics on LUCID_METRICS_PORT, apart from the API port (see web.ops.metrics)."""
@@ -227,6 +248,9 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
+        self._stop_following.set()
+        if self._follower is not None:
+            self._follower.join(timeout=30)
         if self.metrics_listener is not None:
             self.metrics_listener.shutdown()
             self.metrics_listener.server_close()

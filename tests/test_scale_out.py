@@ -224,3 +224,33 @@ def test_one_leader_relays_once_and_a_killed_leader_is_succeeded_within_the_boun
         engine.dispose()
         for pod in pods:
             pod.stop()
+
+
+def test_a_replica_started_late_catches_up_before_it_is_ready_and_follows_without_reads(
+        tmp_path: Path, postgres_url: str) -> None:
+    from tests.conftest import _reset_postgres
+
+    _reset_postgres(postgres_url)
+    env = {"LUCID_DATABASE_URL": postgres_url}
+    first = HubProcess("pod-0", tmp_path / "pod-0", env).start()
+    late = HubProcess("pod-1", tmp_path / "pod-1", {**env, "LUCID_READY_MAX_LAG": "0"})
+    try:
+        for i in range(40):
+            fresh(first, "POST", "/graphs", params={"graph": G}, data=f"<urn:x:s{i}> <urn:x:p> <urn:x:o> .\n".encode(),
+                  headers={"Content-Type": "application/n-triples"})
+        late.start()
+        assert fresh(late, "GET", "/readyz").status_code == 200  # its start applied all 40
+
+        def ready() -> tuple[int, str]:
+            answer = fresh(late, "GET", "/readyz")
+            return answer.status_code, answer.text
+
+        for i in range(40, 60):  # published elsewhere; nobody reads them on the late replica
+            fresh(first, "POST", "/graphs", params={"graph": G}, data=f"<urn:x:s{i}> <urn:x:p> <urn:x:o> .\n".encode(),
+                  headers={"Content-Type": "application/n-triples"})
+        behind = ready()
+        assert behind[0] == 200 or "patches behind the archive" in behind[1]
+        wait_until(lambda: ready()[0] == 200, 15, "the late replica's store to follow the archive")
+    finally:
+        late.stop()
+        first.stop()

@@ -812,6 +812,20 @@ class Publisher:
                     self._sync(iri)
         return [iri for iri, _head in heads]
 
+    def lag(self) -> int:
+        """Patches the archive holds that this process's store has not applied yet (other
+        replicas' and processes' publishes), over every graph."""
+        behind = 0
+        for iri, head in self.archive.heads():
+            at = self.store.version(iri)
+            if at != head:
+                try:
+                    done = self.archive.position(at, iri) if at is not None else 0
+                except NotFoundError:  # a store off the chain (repair replaces it): all of it
+                    done = 0
+                behind += self.archive.length(iri) - done
+        return behind
+
     def _drop_relayed_outbox(self) -> None:
         """After a crash between the log's acknowledgement and the outbox delete, the log
         already holds some outbox patches: drop those rows rather than append twice."""

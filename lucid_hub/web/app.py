@@ -40,6 +40,7 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     ops.init_request_observation(app)
     app.extensions["lucid"].start_delivery(settings.deliver_in_process)
     hub = app.extensions["lucid"]
+    hub.start_following()  # this replica's store follows the others' publishes
     hub.start_roles()  # the leader's: mirrors, query and window evaluation, deferred rules, relay
     if hub.leadership is not None:
         hub.leadership.on_gain = hub.lead  # a candidate waits to take them over
