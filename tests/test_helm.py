@@ -37,6 +37,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         "extraEnv": {"LUCID_LEASE_MAX": "864000"},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
     },
+    "replicated": {
+        "database": {"existingSecret": "lucid-db"}, "signingKey": {"existingSecret": "lucid-signing-key"},
+        "kafka": {"bootstrap": "kafka-0.kafka:9092"}, "podDisruptionBudget": {"enabled": True},
+        "hub": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}, "leaderLeaseSeconds": 8},
+    },
     "mirror-only": {"profile": "mirror-only", "database": {"url": "postgresql+psycopg://globex@db/lucid"},
                     "publicUrl": "https://hub.globex.example"},
     "spark-job": {"database": {"url": "postgresql+psycopg://lucid@db/lucid"}, "spark": {
@@ -95,12 +100,16 @@ def test_every_rendered_object_is_valid_kubernetes(profile: str) -> None:
     for obj in objects:
         validate(obj)
     kinds = sorted({o["kind"] for o in objects})
-    expected = {"ConfigMap", "Deployment", "Job", "PersistentVolumeClaim", "Pod", "Service", "ServiceAccount"}
+    expected = {"ConfigMap", "Deployment", "Job", "Pod", "Service", "ServiceAccount"}
     assert expected <= set(kinds), kinds
+    hub_kind = "StatefulSet" if profile == "replicated" else "Deployment"
+    assert len(_by(objects, hub_kind, "hub")) == 1 and ("PersistentVolumeClaim" in kinds) == (profile != "replicated")
     if profile == "production":
         assert {"Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy",
                 "ServiceMonitor"} <= set(kinds)
         assert "Secret" not in kinds  # the database URL comes from the operator's Secret
+    elif profile == "replicated":
+        assert [s["metadata"]["name"] for s in _by(objects, "Secret")] == ["acme-lucid-hub-session"]
     else:
         assert "Secret" in kinds
 
@@ -280,3 +289,35 @@ def test_spark_values_are_checked_with_a_reason() -> None:
         render({**base, "spark": {**SPARK, "job": {"enabled": True, "master": "mesos://x"}}})
     with pytest.raises(helm.HelmError, match="port"):
         render({**base, "metrics": {"port": 8080}})  # the API's port
+
+
+def test_replicas_are_a_stateful_set_with_a_store_each_a_lease_and_rolling_updates() -> None:
+    objects = render(PROFILES["replicated"])
+    assert _by(objects, "Deployment", "hub") == []
+    (hub,) = _by(objects, "StatefulSet", "hub")
+    spec = hub["spec"]
+    assert "replicas" not in spec  # the HPA's
+    assert spec["updateStrategy"]["type"] == "RollingUpdate" and spec["podManagementPolicy"] == "Parallel"
+    assert spec["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    headless = [s for s in _by(objects, "Service", "hub") if s["spec"].get("clusterIP") == "None"]
+    assert [s["metadata"]["name"] for s in headless] == [spec["serviceName"]]
+    pod = spec["template"]["spec"]
+    assert "persistentVolumeClaim" not in str(pod["volumes"])  # the claim template's, one per replica
+    mounts = {m["mountPath"] for m in _containers(hub)[0]["volumeMounts"]}
+    assert {"/data", "/data/keys/signing-key.pem", "/data/keys/session-secret"} <= mounts
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    (hpa,) = [h for h in _by(objects, "HorizontalPodAutoscaler") if h["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"]
+    assert hpa["spec"]["minReplicas"] == 3 and hpa["spec"]["maxReplicas"] == 10
+    (pdb,) = [p for p in _by(objects, "PodDisruptionBudget") if p["metadata"]["name"].endswith("-hub")]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    config = _by(objects, "ConfigMap")[0]["data"]
+    assert config["LUCID_LEADER_LEASE_SECONDS"] == "8" and config["LUCID_PUBLISH_DB_LOCK"] == "true"
+    assert config["LUCID_READY_MAX_LAG"] == "1000"
+    single = _by(render(PROFILES["minimal"]), "ConfigMap")[0]["data"]
+    assert single["LUCID_PUBLISH_DB_LOCK"] == "false"  # one replica: no lock to take turns by
+
+
+def test_replicas_without_a_shared_signing_key_are_refused() -> None:
+    with pytest.raises(helm.HelmError, match=r"signingKey\.existingSecret"):
+        render({**PROFILES["minimal"], "hub": {"replicas": 2}})

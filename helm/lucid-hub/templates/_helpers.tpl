@@ -88,3 +88,8 @@ spark.local.dir=/tmp{{ with .Values.spark.conf }},{{ . }}{{ end }}
 - name: LUCID_CLIENT_SECRET
   valueFrom: {secretKeyRef: {name: {{ $secret }}, key: client-secret}}
 {{- end -}}
+
+{{/* Several hub replicas (a StatefulSet, a store each) rather than one pod (a Deployment): "true" or "". */}}
+{{- define "lucid-hub.replicated" -}}
+{{- if or (gt (int .Values.hub.replicas) 1) .Values.hub.autoscaling.enabled }}true{{ end -}}
+{{- end -}}
