@@ -92,8 +92,12 @@ class Settings:
     patch_format: int = 2
     # Patches per page of the archive container.
     page_size: int = 100
-    # Statements of current graph versions kept in memory to diff bulk re-publishes quickly.
-    msg_cache_statements: int = 2_000_000
+    # Bytes of current graph versions' MSGs a process keeps in memory to diff bulk re-publishes
+    # quickly; 0: a quarter of the container's memory limit split over LUCID_WEB_WORKERS, or
+    # 512 MiB without a limit (lucid_hub.memory). LUCID_MSG_CACHE_STATEMENTS, its former
+    # spelling in statements, is still read (as about 220 bytes each).
+    cache_bytes: int = 0
+    msg_cache_statements: int = 0
     # Spark master for diff jobs, and `spark.*` settings passed through ("key=value,key=value").
     spark_master: str = "local[*]"
     spark_conf: str = ""

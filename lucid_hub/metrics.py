@@ -147,6 +147,20 @@ def canonicalization_metrics(failures: int) -> list[Metric]:
     return [family]
 
 
+def cache_metrics(msgs: int, size: int, limit: int) -> list[Metric]:
+    """The MSG cache of the process that serves the metrics (lucid_hub.memory)."""
+    out: list[Metric] = []
+    for name, meaning, value in (
+            ("lucid_msg_cache_msgs", "MSGs of current graph versions held in memory.", msgs),
+            ("lucid_msg_cache_bytes", "Estimated bytes those MSGs take.", size),
+            ("lucid_msg_cache_limit_bytes", "The cache's bound (LUCID_CACHE_BYTES, or a share of the container's "
+             "memory limit).", limit)):
+        family = GaugeMetricFamily(name, meaning)
+        family.add_metric([], value)
+        out.append(family)
+    return out
+
+
 def subscription_metrics(subscriptions: list[dict[str, object]]) -> list[Metric]:
     """Per WebSub subscription (labelled by id only: the admin API maps ids to subscribers)."""
     lag = GaugeMetricFamily("lucid_subscription_lag", "Patches of the graph not yet delivered to the subscription.",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
+from lucid_hub import memory
 from lucid_hub.archive import Archive
 from lucid_hub.auth import ClientRegistry, TokenService
 from lucid_hub.auth.tokens import TrustedIssuer
@@ -24,7 +25,14 @@ from lucid_hub.hub import CallbackNotices, WebSubHub
 from lucid_hub.leadership import Leadership
 from lucid_hub.locks import DatabaseLocks, exclusive
 from lucid_hub.log import PatchLog, open_log
-from lucid_hub.metrics import Metrics, canonicalization_metrics, mirror_metrics, serve_metrics, subscription_metrics
+from lucid_hub.metrics import (
+    Metrics,
+    cache_metrics,
+    canonicalization_metrics,
+    mirror_metrics,
+    serve_metrics,
+    subscription_metrics,
+)
 from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
@@ -41,6 +49,8 @@ from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
 
 log = logging.getLogger(__name__)
+# LUCID_MSG_CACHE_STATEMENTS (the cache's bound before it was in bytes) as bytes.
+LEGACY_BYTES_PER_STATEMENT = 220
 
 
 @dataclass
@@ -202,7 +212,10 @@ class Runtime:
         stream = PatchStream(archive, poll=0.25 if settings.web_workers > 1 else 1.0)
         mirrored = MirroredGraphs(db)
         publisher = Publisher(archive, store, patch_log, key, canonicalizer, trusted_keys,
-                              cache_statements=settings.msg_cache_statements, metrics=metrics,
+                              cache_bytes=memory.cache_bytes(
+                                  settings.cache_bytes or settings.msg_cache_statements * LEGACY_BYTES_PER_STATEMENT,
+                                  settings.web_workers, memory.container_limit()),
+                              metrics=metrics,
                               lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
                               patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce,
                               relay=leader,  # one relay keeps each graph's order in the log
@@ -236,6 +249,7 @@ class Runtime:
         runtime._wire_rules()
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
+        metrics.watch(lambda: cache_metrics(*publisher.cache.held, publisher.cache.max_bytes))
         try:
             if repair:
                 publisher.repair()

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -36,6 +37,7 @@ from lucid_hub.errors import (
 )
 from lucid_hub.locks import DatabaseLocks
 from lucid_hub.log import LogRecord, PatchLog
+from lucid_hub.memory import DEFAULT_CACHE_BYTES, estimated_bytes
 from lucid_hub.metrics import Metrics
 from lucid_hub.rdf.apply import GraphReplica, apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer
@@ -81,27 +83,36 @@ def _crash_point(name: str, graph: str) -> None:
 
 class MsgCache:
     """MSG multisets of graphs at their current version, so a bulk re-publish need not read
-    the whole graph back from the store (10 s for a million triples). Bounded by the
-    number of statements held; kept current by applying each patch to it."""
+    the whole graph back from the store (10 s for a million triples). Bounded in bytes (an
+    estimate per graph, lucid_hub.memory); kept current by applying each patch to it."""
 
-    def __init__(self, max_statements: int) -> None:
-        self.max_statements = max_statements
-        self._entries: dict[str, tuple[str, GraphMsgs]] = {}
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: dict[str, tuple[str, GraphMsgs, int]] = {}  # graph -> version, MSGs, bytes
         self._lock = threading.Lock()
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """(MSGs, estimated bytes) held now."""
+        with self._lock:
+            return (sum(len(m) for _, m, _ in self._entries.values()),
+                    sum(size for _, _, size in self._entries.values()))
 
     def get(self, graph: str, version: str | None) -> GraphMsgs | None:
         with self._lock:
             entry = self._entries.get(graph)
             return entry[1] if entry is not None and entry[0] == version else None
 
-    def put(self, graph: str, version: str, msgs: GraphMsgs) -> None:
+    def put(self, graph: str, version: str, msgs: GraphMsgs, size: int | None = None) -> None:
+        if size is None:
+            size = estimated_bytes(len(msgs), itertools.chain(msgs.ground, msgs.blank))
         with self._lock:
             self._entries.pop(graph, None)
-            if len(msgs) > self.max_statements:
+            if size > self.max_bytes:
                 return
-            while self._entries and sum(len(m) for _, m in self._entries.values()) + len(msgs) > self.max_statements:
+            while self._entries and sum(s for _, _, s in self._entries.values()) + size > self.max_bytes:
                 self._entries.pop(next(iter(self._entries)))  # oldest first
-            self._entries[graph] = (version, msgs)
+            self._entries[graph] = (version, msgs, size)
 
     def advance(self, patch: Patch) -> None:
         """Apply a patch to the cached multiset of its graph (if cached at its prev)."""
@@ -109,8 +120,10 @@ class MsgCache:
             entry = self._entries.pop(patch.graph, None)
         if entry is None or entry[0] != patch.prev:
             return
+        before = len(entry[1])
         apply_to_msgs(entry[1], patch)
-        self.put(patch.graph, patch.id, entry[1])
+        # (its size scaled by the MSGs it now holds: a sample per patch would cost more than the patch)
+        self.put(patch.graph, patch.id, entry[1], entry[2] * len(entry[1]) // max(1, before))
 
     def drop(self, graph: str) -> None:
         with self._lock:
@@ -213,7 +226,7 @@ class Publisher:
 
     def __init__(self, archive: Archive, store: GraphStore, patch_log: PatchLog, key: SigningKey,
                  canonicalizer: Canonicalizer, trusted: TrustedKeys | None = None,
-                 cache_statements: int = 2_000_000, metrics: Metrics | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, metrics: Metrics | None = None,
                  lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT,
                  read_only: Callable[[str], bool] = lambda _graph: False,
                  announce: Callable[[Patch], None] = lambda _patch: None, relay: bool = True,
@@ -232,7 +245,7 @@ class Publisher:
         self.key = key
         self.canonicalizer = canonicalizer
         self.trusted = trusted or TrustedKeys(jwks_of([key]))
-        self.cache = MsgCache(cache_statements)
+        self.cache = MsgCache(cache_bytes)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._relay_lock = threading.Lock()

@@ -8,6 +8,7 @@ import time
 from flask import Blueprint, Flask, Response, g, jsonify, request
 from sqlalchemy import text
 
+from lucid_hub import memory
 from lucid_hub.errors import LogUnavailableError
 from lucid_hub.metrics import CONTENT_TYPE
 from lucid_hub.web.errors import text as plain
@@ -71,6 +72,11 @@ def init_request_observation(app: Flask) -> None:
     @app.before_request
     def started() -> None:
         g.lucid_started = time.perf_counter()
+
+    @app.teardown_request
+    def trimmed(_error: BaseException | None) -> None:
+        if (request.content_length or 0) >= memory.TRIM_AFTER_BYTES:
+            memory.trim()  # what parsing a large body freed goes back to the system, not to an arena
 
     @app.after_request
     def observed(response: Response) -> Response:
