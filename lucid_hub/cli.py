@@ -675,6 +675,25 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, 
     run(counts, deliveries, kafka, baseline, workers, database)
 
 
+@bench.command("scale")
+@click.option("--replicas", default="1,2,3", show_default=True, help="Comma-separated counts of serve processes.")
+@click.option("--database", default="postgresql+psycopg://postgres@127.0.0.1:5432/bench_scale", show_default=True,
+              help="PostgreSQL URL shared by the replicas; its tables are dropped before each run.")
+@click.option("--reads", default=2000, show_default=True, help="Graph GETs, and SPARQL queries, per run.")
+@click.option("--publishes", default=2000, show_default=True, help="Small publishes per run.")
+@click.option("--clients", default=4, show_default=True, help="Load client processes.")
+def bench_scale(replicas: str, database: str, reads: int, publishes: int, clients: int) -> None:
+    """Hub replicas on one database: reads, queries and publishes per second, lag, start times."""
+    from lucid_hub.tools.bench.scale import run
+
+    counts = _counts(replicas, "--replicas")
+    if any(n < 1 for n in counts) or min(reads, publishes, clients) < 1:
+        raise InputError("--replicas, --reads, --publishes and --clients must be positive")
+    if not database.startswith("postgresql"):
+        raise InputError("--database must be a PostgreSQL URL: replicas share the archive there")
+    run(counts, database, reads, publishes, clients)
+
+
 @bench.command("tls")
 @click.option("--deliveries", default=3000, show_default=True, help="POSTs per run.")
 @click.option("--in-flight", default=16, show_default=True, help="POSTs in flight at once.")

@@ -254,3 +254,14 @@ def test_a_replica_started_late_catches_up_before_it_is_ready_and_follows_withou
     finally:
         late.stop()
         first.stop()
+
+
+def test_bench_scale_runs(run_cli, postgres_url: str) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("bench", "scale", "--replicas", "1,2", "--reads", "20", "--publishes", "20", "--clients", "2",
+                     "--database", postgres_url)
+    assert result.code == 0, result.err
+    assert "start of a replica with 21 patches archived" in result.out
+    rows = [line.split() for line in result.out.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0] for row in rows] == ["1", "2"] and "x1.00" in result.out
+    bad = run_cli("bench", "scale", "--database", "sqlite:///x.db")
+    assert bad.code == 1 and "PostgreSQL" in bad.err
