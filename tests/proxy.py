@@ -1,10 +1,12 @@
 """A loopback HTTP proxy in front of a hub, for tests of what happens on the way: it alters
 the next POST body it is told to (a delivery tampered with in flight), holds archive
 reads while told to (a partner's catch-up that takes its time), and points archive pages'
-"next" links elsewhere (a hostile publisher)."""
+"next" links elsewhere (a hostile publisher). Given several targets it stands for a Service in
+front of replicas: requests go round them, past those that refuse connections."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,7 +19,9 @@ HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-enco
 
 
 class LoopbackProxy:
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str | list[str]) -> None:
+        targets = [target] if isinstance(target, str) else target
+        turns = itertools.cycle(range(len(targets)))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.alter_next = threading.Event()  # set: the next POST with a literal gets one changed
@@ -44,7 +48,19 @@ class LoopbackProxy:
                     proxy.held.set()
                     proxy.released.wait(60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
+                first = next(turns)
+                for index in [*range(first, len(targets)), *range(first)]:
+                    try:
+                        answer = requests.request(method, f"{targets[index]}{self.path}", data=body, headers=headers,
+                                                  timeout=30)
+                        break
+                    except requests.ConnectionError:
+                        continue  # a replica that is down: the next one
+                else:
+                    self.send_response(502)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 content = answer.content
                 if proxy.next_link and self.path.startswith("/patches") and b'"next"' in content:
                     page = json.loads(content)

@@ -265,3 +265,68 @@ def test_bench_scale_runs(run_cli, postgres_url: str) -> None:  # type: ignore[n
     assert [row[0] for row in rows] == ["1", "2"] and "x1.00" in result.out
     bad = run_cli("bench", "scale", "--database", "sqlite:///x.db")
     assert bad.code == 1 and "PostgreSQL" in bad.err
+
+
+def test_the_mirrors_run_once_across_replicas_and_a_killed_leader_misses_no_delivery(
+        tmp_path: Path, postgres_url: str) -> None:
+    from tests.conftest import _reset_postgres
+    from tests.proxy import LoopbackProxy
+    from lucid_hub.tools.loopback import free_port
+
+    _reset_postgres(postgres_url)
+    acme = HubProcess("ACME", tmp_path / "acme").start()  # the publisher, a hub of its own
+    ports = [free_port() for _ in range(3)]
+    service = LoopbackProxy([f"http://127.0.0.1:{port}" for port in ports])  # Globex's Service
+    env = {"LUCID_DATABASE_URL": postgres_url, "LUCID_PUBLIC_URL": service.url, "LUCID_LEADER_LEASE_SECONDS": "6"}
+    pods = [HubProcess(f"globex-{n}", tmp_path / f"globex-{n}", env) for n in range(3)]
+    for pod, port in zip(pods, ports, strict=True):
+        pod.port, pod.url = port, f"http://127.0.0.1:{port}"
+        pod.env["LUCID_PORT"] = str(port)
+        pod.start()
+    try:
+        graph = "https://acme.example/graphs/kpi"
+        client_id, secret = acme.partner_client("Globex hub", "partner", f"{service.url}/callback/")
+        acme.grant_read("urn:c:globex", "partner", graph)
+        heads = [acme.publish(graph, '<https://acme.example/kpi/0> <https://acme.example/v> "0" .')]
+        pods[1].mirror(f"{acme.url}/hub", graph, client_id, secret)  # asked of any replica
+
+        def mirrored(head: str) -> bool:
+            mirrors = pods[2].mirrors()
+            return bool(mirrors) and mirrors[0]["state"] == "active" and mirrors[0]["head"] == head
+
+        wait_until(lambda: mirrored(heads[-1]), 60, "the mirror to clone the graph")
+        for i in range(1, 11):
+            heads.append(acme.call("POST", "/graphs", params={"graph": graph}, headers={
+                "Content-Type": "application/n-triples"}, data=f'<https://acme.example/kpi/{i}> <urn:x:v> "{i}" .\n'
+                .encode()).json()["patch"])
+        wait_until(lambda: mirrored(heads[-1]), 60, "the mirror to follow")
+        metrics = acme.call("GET", "/metrics").text
+        subscribes = [line for line in metrics.splitlines()
+                      if line.startswith("lucid_http_requests_total{") and 'route="/hub"' in line]
+        assert subscribes and all('method="POST"' in line for line in subscribes)
+        assert sum(float(line.rsplit(" ", 1)[1]) for line in subscribes) == 1  # one replica subscribed
+
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(postgres_url)
+        with engine.connect() as c:
+            holder = c.execute(text("SELECT holder FROM leases")).scalar_one()
+        engine.dispose()
+        (leader,) = [p for p in pods if (p.data / "replica-id").read_text().strip() == holder]
+        leader.stop(kill=True)
+        for i in range(11, 21):  # delivered to whichever replica the Service finds alive
+            heads.append(acme.call("POST", "/graphs", params={"graph": graph}, headers={
+                "Content-Type": "application/n-triples"}, data=f'<https://acme.example/kpi/{i}> <urn:x:v> "{i}" .\n'
+                .encode()).json()["patch"])
+        alive = [p for p in pods if p is not leader]
+        wait_until(lambda: alive[0].mirrors()[0]["head"] == heads[-1], 90, "the mirror to follow after the kill")
+        (mirror,) = alive[1].mirrors()
+        assert mirror["quarantined"] == 0 and mirror["state"] == "active"
+        assert [s["state"] for s in acme.subscriptions()] == ["active"]  # subscribed once, not once a replica
+        content = alive[1].content(graph)
+        assert all(f"<https://acme.example/kpi/{i}>" in content for i in range(21))
+    finally:
+        for pod in pods:
+            pod.stop()
+        acme.stop()
+        service.close()

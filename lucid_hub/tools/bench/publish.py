@@ -24,6 +24,7 @@ import click
 import pyoxigraph as ox
 import requests
 
+from lucid_hub.tools.bench.clients import timed_clients
 from lucid_hub.tools.loopback import free_port, kafka_broker, wait_for_port
 
 GRAPH = "http://example.org/graph/bench-publish"
@@ -145,21 +146,8 @@ def _throughput(host: str, port: int, updates: int, clients: int, graphs: int) -
     graphs (client n to graph n mod graphs; one graph: the latency run's)."""
     count = updates // clients
     targets = [GRAPH if graphs == 1 else f"{GRAPH}/{n % graphs}" for n in range(clients)]
-    procs = [subprocess.Popen([sys.executable, "-c", _CLIENT, host, str(port), str(10**6 + n), str(count), targets[n]],
-                              stdin=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(clients)]
-    for p in procs:  # the token goes over stdin, not the command line (which others can read)
-        assert p.stdin is not None
-        p.stdin.write(f"{NT['Authorization']}\n".encode())
-        p.stdin.flush()
-    start = time.perf_counter()
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write(b"go\n")
-        p.stdin.flush()
-    failures = [p.communicate()[1].decode().strip() for p in procs if p.wait() != 0]
-    elapsed = time.perf_counter() - start
-    if failures:
-        raise click.ClickException(f"publish failed under load: {failures[0][-300:]}")
+    arguments = [[host, str(port), str(10**6 + n), str(count), targets[n]] for n in range(clients)]
+    elapsed = timed_clients(_CLIENT, arguments, [NT["Authorization"]] * clients, "publish")
     return count * clients / elapsed
 
 

@@ -12,8 +12,6 @@ from the archive). The one-replica run is the baseline of the ratios.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import click
 import requests
 
+from lucid_hub.tools.bench.clients import timed_clients
 from lucid_hub.tools.hubproc import HubProcess, wait_until
 
 GRAPH = "http://example.org/graphs/bench-scale"
@@ -57,23 +56,10 @@ for i in range(count):
 def _load(pods: list[HubProcess], kind: str, total: int, clients: int) -> float:
     """Requests per second of `clients` client processes, client n on replica n mod N."""
     count = max(1, total // clients)
-    procs = []
-    for n in range(clients):
-        pod = pods[n % len(pods)]
-        procs.append(subprocess.Popen([sys.executable, "-c", _CLIENT, "127.0.0.1", str(pod.port), kind, str(count),
-                                       str(n), GRAPH], stdin=subprocess.PIPE, stderr=subprocess.PIPE))
-        assert procs[-1].stdin is not None
-        procs[-1].stdin.write(str(pod.http.headers['Authorization']).encode() + b"\n")
-        procs[-1].stdin.flush()
-    start = time.perf_counter()
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write(b"go\n")
-        p.stdin.flush()
-    failures = [p.communicate()[1].decode().strip() for p in procs if p.wait() != 0]
-    elapsed = time.perf_counter() - start
-    if failures:
-        raise click.ClickException(f"{kind} under load failed: {failures[0][-300:]}")
+    targets = [pods[n % len(pods)] for n in range(clients)]
+    elapsed = timed_clients(_CLIENT, [["127.0.0.1", str(pod.port), kind, str(count), str(n), GRAPH]
+                                      for n, pod in enumerate(targets)],
+                            [str(pod.http.headers["Authorization"]) for pod in targets], kind)
     return count * clients / elapsed
 
 
