@@ -51,9 +51,10 @@ def test_a_follower_hears_each_new_patch_once_in_order_and_stops_when_told(runti
     stop = threading.Event()
     heard: list[str] = []
     arrived = threading.Condition()
+    start = stream.position(G)  # "now", before the patches below (not whenever the thread starts)
 
     def follow() -> None:
-        for link in stream.follow(G, stream.position(G), stopped=stop.is_set):
+        for link in stream.follow(G, start, stopped=stop.is_set):
             with arrived:
                 heard.append(link.id if link is not None else "idle")
                 arrived.notify_all()
