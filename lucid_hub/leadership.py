@@ -5,11 +5,12 @@ query subscriptions and windows, runs deferred rules).
 One candidate per data directory (the process with its first store copy) takes the lease, a
 row of `leases`, for `seconds`, and renews it every third of that. It holds it under its data
 directory's name (runtime.replica_id), so that the same directory's next candidate — after a
-crash, a restart — takes it over at once. A holder that cannot renew
-gives the roles up before the lease runs out; one that finds another holder has taken it, or
-that stalled past its lease, stops at once (`on_loss`: under `serve`, the process exits and is
+crash, a restart — takes it over at once. A holder that cannot renew stops relaying when its
+margin runs out; one that finds another holder has taken it (after a stall or a partition)
+stops at once (`on_loss`: under `serve`, the process exits and is
 started again, as Kubernetes' leader election does — the roles' threads are not unwound in
-place). When the holder dies the lease runs out, and a waiting candidate takes it within
+place; a database that does not answer only pauses the relay, whose appends check the lease).
+When the holder dies the lease runs out, and a waiting candidate takes it within
 `seconds` plus a third: the default 10 s hands over within 15 s. A holder that stops cleanly
 ends its lease at once, so a rolling update hands over without waiting.
 
@@ -117,14 +118,18 @@ class Leadership:
                 continue  # not a process that takes roles over (a command's short run)
             try:
                 holding = self.try_acquire()
-            except Exception as exc:  # the database: keep what is held until its margin runs out
+            except Exception as exc:
+                # The database does not answer (or is busy): `held` runs out with the margin, which
+                # stops the relay; the roles are given up only once the database says another
+                # process holds the lease (the roles' work goes through the database anyway).
                 log.warning("leadership lease not renewed: %s", exc)
-                holding = self.held
+                continue
             if holding and not self._was_held:
                 self._was_held = True
                 log.info("leadership taken (epoch %d, holder %s)", self.epoch, self.holder)
-                if self.on_gain is not None:
-                    self.on_gain()
+                if self.on_gain is not None:  # on a thread of its own: taking roles over can take
+                    # longer than a renewal may wait (a mirror catching up)
+                    threading.Thread(target=self.on_gain, name="leadership-gained", daemon=True).start()
             elif self._was_held and not holding:
                 self._was_held = False
                 self.on_loss("another process holds the lease, or it ran out before it could be renewed")

@@ -5,6 +5,7 @@ clean stop hands it over at once; the same data directory's next candidate resum
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from sqlalchemy import update
@@ -90,4 +91,30 @@ def test_a_data_directory_keeps_its_name_across_restarts(tmp_path: Path, db_url:
         other.mkdir()
         assert not Leadership(db, 30, holder=replica_id(other)).try_acquire()
     finally:
+        db.dispose()
+
+
+def test_a_database_that_does_not_answer_pauses_the_relay_but_does_not_end_the_leadership(db_url: str) -> None:
+    db = database(db_url)
+    lost: list[str] = []
+    a = Leadership(db, 0.3, holder="a")
+    try:
+        assert a.try_acquire()
+        looks = threading.Event()
+
+        def unreachable() -> bool:
+            looks.set()
+            raise ConnectionError("the database does not answer")
+
+        a.try_acquire = unreachable  # type: ignore[method-assign]
+        a.on_loss = lost.append
+        a.start(acquired=True)
+        wait_until(lambda: looks.is_set() and not a.held, 10, "the margin to run out")
+        assert lost == []  # the relay checks `held`; the roles wait for the database's word
+        del a.try_acquire  # it answers again: someone else took the lease meanwhile
+        with db.write() as c:
+            c.execute(update(Lease).values(holder="b", expires_at=time.time() + 60))
+        wait_until(lambda: bool(lost), 10, "the leadership to end")
+    finally:
+        a.stop()
         db.dispose()

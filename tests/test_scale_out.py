@@ -269,9 +269,9 @@ def test_bench_scale_runs(run_cli, postgres_url: str) -> None:  # type: ignore[n
 
 def test_the_mirrors_run_once_across_replicas_and_a_killed_leader_misses_no_delivery(
         tmp_path: Path, postgres_url: str) -> None:
+    from lucid_hub.tools.loopback import free_port
     from tests.conftest import _reset_postgres
     from tests.proxy import LoopbackProxy
-    from lucid_hub.tools.loopback import free_port
 
     _reset_postgres(postgres_url)
     acme = HubProcess("ACME", tmp_path / "acme").start()  # the publisher, a hub of its own

@@ -84,6 +84,31 @@ def _started(pod: HubProcess) -> float:
     return time.perf_counter() - begin
 
 
+def _handover(database: str, pods: list[HubProcess]) -> float:
+    """Seconds from killing the leader until another replica holds the lease."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database)
+
+    def holder() -> str | None:
+        with engine.connect() as c:
+            row = c.execute(text("SELECT holder, expires_at FROM leases WHERE name = 'hub'")).one_or_none()
+        return str(row.holder) if row is not None and row.expires_at > time.time() else None
+
+    try:
+        names = {(pod.data / "replica-id").read_text().strip(): pod for pod in pods}
+        leader = names[str(holder())]
+        leader.stop(kill=True)
+        killed = time.perf_counter()
+        wait_until(lambda: holder() not in (None, next(k for k, v in names.items() if v is leader)), 60,
+                   "another replica to lead")
+        took = time.perf_counter() - killed
+        leader.start(timeout=120)  # back, as its pod would be
+        return took
+    finally:
+        engine.dispose()
+
+
 def run(counts: list[int], database: str, reads: int, publishes: int, clients: int) -> None:
     base: dict[str, float] = {}
     click.echo(f"== {clients} client processes; reads: GET of a {SEED_TRIPLES:,}-triple graph; "
@@ -112,6 +137,9 @@ def run(counts: list[int], database: str, reads: int, publishes: int, clients: i
                 ratios = "  ".join(f"x{figures[k] / base[k]:.2f}" for k in ("get", "sparql", "post"))
                 click.echo(f"  {n:>8} {figures['get']:>8,.0f} {figures['sparql']:>9,.0f} {figures['post']:>10,.0f} "
                            f"{figures['lag'] * 1000:>13,.0f} ms   ({ratios} of one replica)")
+                if n == counts[-1] and n > 1:
+                    took = _handover(database, pods)
+                    click.echo(f"  leader killed (kill -9): another replica leads after {took:.1f} s (lease 10 s)")
                 if n == counts[-1]:
                     archived = publishes + 1
                     pods[0].stop()
