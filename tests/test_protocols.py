@@ -64,6 +64,11 @@ def test_if_match_with_the_etag_as_sent_and_other_preconditions(hub: RunningHub)
     unchanged = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"If-None-Match": now.headers["ETag"]},
                              timeout=30)
     assert unchanged.status_code == 304 and unchanged.headers["ETag"] == now.headers["ETag"] and not unchanged.content
+    # A read that must be of one version (If-Match): that version or 412, never another one.
+    same = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"If-Match": now.headers["ETag"]}, timeout=30)
+    assert same.status_code == 200 and same.headers["ETag"] == now.headers["ETag"]
+    older = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"If-Match": current}, timeout=30)
+    assert older.status_code == 412 and now.headers["ETag"].strip('"') in older.text
     assert_consistent(hub.runtime)
 
 

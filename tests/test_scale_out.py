@@ -83,8 +83,9 @@ def test_publishes_through_every_pod_keep_one_chain_and_none_fails_for_a_concurr
             written = fresh(writer, "POST", "/graphs", params={"graph": G},
                             data=f"<urn:x:ryw{i}> <urn:x:p> <urn:x:o> .\n".encode(),
                             headers={"Content-Type": "application/n-triples"}).json()["patch"]
-            read = fresh(reader, "GET", "/graphs", params={"graph": G}, headers={"Accept": "application/n-triples"})
-            assert read.headers["ETag"] == f'"{written}"' and f"<urn:x:ryw{i}>" in read.text
+            read = fresh(reader, "GET", "/graphs", params={"graph": G}, headers={"Accept": "application/n-triples",
+                                                                                  "If-Match": f'"{written}"'})
+            assert read.status_code == 200 and read.headers["ETag"] == f'"{written}"' and f"<urn:x:ryw{i}>" in read.text
     finally:
         for pod in pods:
             pod.stop()

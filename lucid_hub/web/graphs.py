@@ -12,7 +12,7 @@ import uuid
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub import gcpause
-from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.errors import InputError, PreconditionFailedError, UnsupportedMediaTypeError
 from lucid_hub.publish import Precondition
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
@@ -60,6 +60,10 @@ def get_graph() -> Response:
              f'<{urls.stream}>; rel="{LH}eventStream"', f'<{urls.channels}>; rel="{LH}channels"',
              f'<{urls.inbox}>; rel="{LDP}inbox"']
     headers = {"ETag": etag(version), "Link": ", ".join(links), "Vary": "Accept"}
+    match = entity_tags("If-Match")  # "this version and no other" (RFC 9110 13.1.1): never another one
+    if match is not None and not match.match_strong(version):
+        raise PreconditionFailedError(f"<{graph}> is at version {version or '(none)'}, which the request's "
+                                      "If-Match does not name", version)
     none_match = entity_tags("If-None-Match")
     if none_match is not None and none_match.match_weak(version):
         return Response(status=304, headers=headers)
