@@ -76,6 +76,9 @@ def test_publishes_through_every_pod_keep_one_chain_and_none_fails_for_a_concurr
             return answer.headers.get("ETag") == f'"{head}"' and len(answer.text.strip().splitlines()) == 151
 
         wait_until(lambda: all(served(pod) for pod in pods), 30, "every pod's store at the head")
+        contents = [sorted(fresh(pod, "GET", "/graphs", params={"graph": G},
+                                 headers={"Accept": "application/n-triples"}).text.splitlines()) for pod in pods]
+        assert contents[0] == contents[1] == contents[2]  # one graph on every replica (ground: equal is isomorphic)
 
         # Read your writes on another pod: a read looks up the head and catches its store up first.
         for i in range(6):
