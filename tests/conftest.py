@@ -319,3 +319,19 @@ def callback() -> Iterator[Callback]:
     yield cb
     server.shutdown()
     thread.join(timeout=10)
+
+
+# The admin pages' sign-in (tests/test_admin_ui.py, tests/test_console.py).
+ADMIN_PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def ui_hub(tmp_path: Path) -> Iterator[RunningHub]:
+    """A hub with an admin account `alice`; dev mode: the session cookie may travel over the
+    test's plain-HTTP loopback."""
+    from lucid_hub.auth.admins import AdminAccounts
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'ui.db'}", {"LUCID_DEV_MODE": "true"}) as hub:
+        AdminAccounts(hub.runtime.db).create("alice", ADMIN_PASSWORD)
+        yield hub
+

@@ -14,12 +14,12 @@ import pytest
 import requests
 
 from lucid_hub.auth.admins import AdminAccounts
-from tests.conftest import RunningHub, running_hub
+from tests.conftest import ADMIN_PASSWORD, RunningHub, running_hub
 
 G = "http://example.org/graphs/kpi"
 OTHER = "http://example.org/graphs/other"
 NT = {"Content-Type": "application/n-triples"}
-PASSWORD = "correct horse battery staple"
+PASSWORD = ADMIN_PASSWORD
 
 
 def _chromium() -> tuple[str, str]:
@@ -51,14 +51,6 @@ def browser() -> Iterator[Any]:
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
-
-
-@pytest.fixture
-def ui_hub(tmp_path: Path) -> Iterator[RunningHub]:
-    # dev mode: the session cookie may travel over the test's plain-HTTP loopback
-    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'ui.db'}", {"LUCID_DEV_MODE": "true"}) as hub:
-        AdminAccounts(hub.runtime.db).create("alice", PASSWORD)
-        yield hub
 
 
 def test_an_admin_edits_a_condition_in_the_browser_and_a_clients_access_changes(browser: Any,

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, insert, select, update
+from sqlalchemy import bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import defer
 
 from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord, PendingReaction
 from lucid_hub.db.session import Database
@@ -149,6 +150,45 @@ class Archive:
             if limit is not None:
                 query = query.limit(limit)
             return list(session.scalars(query))
+
+    def graph_page(self, offset: int = 0, limit: int = 100) -> tuple[list[Graph], int]:
+        """A page of the graphs, most recently changed first, and how many there are."""
+        with self.db.session() as session:
+            total = int(session.scalar(select(func.count()).select_from(Graph)) or 0)
+            query = select(Graph).order_by(Graph.updated_at.desc(), Graph.iri).offset(offset).limit(limit)
+            return list(session.scalars(query)), total
+
+    def timeline(self, graph: str, before: int | None, count: int) -> list[PatchRecord]:
+        """The graph's patches before chain position `before` (all when None), newest first,
+        at most `count`: what a history page shows (bodies are not read)."""
+        with self.db.session() as session:
+            query = select(PatchRecord).where(PatchRecord.graph == graph).options(defer(PatchRecord.body))
+            if before is not None:
+                query = query.where(PatchRecord.seq < before)
+            return list(session.scalars(query.order_by(PatchRecord.seq.desc()).limit(count)))
+
+    def size(self, graph: str) -> int:
+        """MSGs the graph holds at its head, from its patches' counts (no store read)."""
+        with self.db.session() as session:
+            total = session.execute(select(func.coalesce(func.sum(PatchRecord.added), 0)
+                                           - func.coalesce(func.sum(PatchRecord.removed), 0))
+                                    .where(PatchRecord.graph == graph)).scalar()
+            return int(total or 0)
+
+    def per_hour(self, since: datetime) -> dict[datetime, int]:
+        """Patches archived per hour (hours start on the hour, UTC) since `since`: counted
+        in the database from the patches' creation times."""
+        if self.db.engine.dialect.name == "postgresql":
+            hour: Any = func.date_trunc("hour", PatchRecord.created)
+        else:  # SQLite keeps the times as text
+            hour = func.strftime("%Y-%m-%d %H:00:00", PatchRecord.created)
+        with self.db.session() as session:
+            rows = session.execute(select(hour, func.count()).where(PatchRecord.created >= since).group_by(hour))
+            out: dict[datetime, int] = {}
+            for start, count in rows:
+                when = start if isinstance(start, datetime) else datetime.fromisoformat(str(start))
+                out[when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)] = int(count)
+            return out
 
     def latest(self, graph: str, count: int) -> list[PatchRecord]:
         """The graph's newest `count` patches, in chain order."""

@@ -5,8 +5,10 @@ from lucid_hub.mirror.subscriber import (
     MirrorService,
     add_mirror,
     list_mirrors,
+    pinned_keys,
     remove_mirror,
     trust_mirror,
 )
 
-__all__ = ["MirrorService", "MirroredGraphs", "add_mirror", "list_mirrors", "remove_mirror", "trust_mirror"]
+__all__ = ["MirrorService", "MirroredGraphs", "add_mirror", "list_mirrors", "pinned_keys", "remove_mirror",
+           "trust_mirror"]

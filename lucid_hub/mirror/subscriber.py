@@ -178,6 +178,13 @@ def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from:
     return out
 
 
+def pinned_keys(db: Database, graph: str) -> dict[str, Any] | None:
+    """The publisher's keys pinned for a mirrored graph (its JWKS); None for a graph not mirrored."""
+    with db.session() as session:
+        row = session.scalars(select(Mirror).where(Mirror.graph == graph)).first()
+        return None if row is None else dict(json.loads(row.jwks))
+
+
 # --- the running hub's side -----------------------------------------------------------------
 class MirroredGraphs:
     """Which graphs are mirrors (read-only here), as the mirrors table said at most a second

@@ -8,6 +8,7 @@ from lucid_hub.config import Settings
 from lucid_hub.web import (
     admin,
     archive,
+    console,  # noqa: F401 (its pages join the admin pages' blueprint when imported)
     errors,
     graphs,
     headers,

@@ -1,0 +1,211 @@
+"""The console (issue 21): pages for the people who run a hub, on the admin pages' sign-in and
+CSRF protection (web.admin's `ui` blueprint). Server-rendered, no script needed to read them;
+every list is a page of a bounded size.
+
+This step: the overview (graphs, patches per hour over a day and a week, subscribers and
+mirrors by health, what needs attention), the graphs, a graph's history as a timeline, and a
+patch shown as a review shows a change — removed and added statements side by side, grouped
+by subject, blank-node structures nested, long literals folded — with its signature checked.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyoxigraph as ox
+from flask import Response, render_template, request
+
+from lucid_hub.errors import InputError, LucidError, NotFoundError
+from lucid_hub.mirror import list_mirrors, pinned_keys
+from lucid_hub.rdf.patch import check_patch_id
+from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.signing import TrustedKeys
+from lucid_hub.web.admin import ui
+from lucid_hub.web.http import runtime
+
+PAGE = 50  # patches or graphs a page
+FOLD = 160  # literals longer than this are folded
+LAGGING = 100  # a subscription or mirror this many patches behind needs attention
+
+
+@dataclass
+class Bar:
+    """One bar of a server-drawn chart: its label, count and geometry (SVG units)."""
+
+    label: str
+    count: int
+    x: float
+    height: float
+
+
+def _bars(counts: dict[datetime, int], start: datetime, step: timedelta, n: int, label: str) -> list[Bar]:
+    """`n` bars of `step` from `start`, each the sum of the hourly counts inside it."""
+    sums = [0] * n
+    for hour, count in counts.items():
+        index = int((hour - start) / step)
+        if 0 <= index < n:
+            sums[index] += count
+    top = max(sums) or 1
+    width = 100 / n
+    return [Bar((start + i * step).strftime(label), c, i * width, 40 * c / top) for i, c in enumerate(sums)]
+
+
+@ui.get("/overview")
+def overview() -> Any:
+    hub = runtime()
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    week = hub.archive.per_hour(now - timedelta(days=7))
+    day_start = now - timedelta(hours=24)
+    day = {h: c for h, c in week.items() if h >= day_start}
+    graphs, total_graphs = hub.archive.graph_page(0, 10)
+    mirrors = list_mirrors(hub.db)
+    subscriptions = hub.hub.subscriptions()
+    attention: list[tuple[str, str, str]] = []  # (what, detail, link)
+    for s in subscriptions:
+        if s["state"] == "failed":
+            attention.append(("Subscription failed", f"{s['callback']} ({s['graph']}): {s['last_error']}",
+                              f"graph?graph={s['graph']}"))
+        elif s["lag"] >= LAGGING:
+            attention.append(("Subscriber behind", f"{s['callback']}: {s['lag']} patches of {s['graph']}",
+                              f"graph?graph={s['graph']}"))
+    for m in mirrors:
+        if m["quarantined"]:
+            attention.append(("Patches quarantined", f"{m['graph']}: {m['quarantined']} ({m['last_error']})",
+                              f"graph?graph={m['graph']}"))
+        if m["state"] not in ("active",):
+            attention.append((f"Mirror {m['state']}", f"{m['graph']} from {m['hub']}", f"graph?graph={m['graph']}"))
+    return render_template(
+        "overview.html", graphs=graphs, total_graphs=total_graphs,
+        mirrored=len(mirrors), published=total_graphs - len(mirrors),
+        day=_bars(day, day_start, timedelta(hours=1), 24, "%H:00"),
+        week=_bars(week, now - timedelta(days=7), timedelta(days=1), 7, "%a %d"),
+        day_total=sum(day.values()), week_total=sum(week.values()),
+        subscriptions=Counter(s["state"] for s in subscriptions), mirror_states=Counter(m["state"] for m in mirrors),
+        failures=sum(int(s["failures"]) for s in subscriptions), attention=attention)
+
+
+@ui.get("/graphs")
+def graphs_page() -> Any:
+    offset = _number("offset", 0)
+    graphs, total = runtime().archive.graph_page(offset, PAGE)
+    mirrored = {m["graph"] for m in list_mirrors(runtime().db)}
+    return render_template("graphs.html", graphs=graphs, total=total, offset=offset, page=PAGE, mirrored=mirrored)
+
+
+@ui.get("/graph")
+def graph_page() -> Any:
+    hub = runtime()
+    graph = request.args.get("graph", "")
+    before = _number("before", None)  # (the request's own faults first)
+    row = hub.archive.graphs_of([graph]).get(graph)
+    if row is None:
+        raise NotFoundError(f"unknown graph <{graph}>")
+    patches = hub.archive.timeline(graph, before, PAGE + 1)
+    readers = hub.policies.engine.who_may(graph, "read")
+    writers = hub.policies.engine.who_may(graph, "write")
+    subscribers = [s for s in hub.hub.subscriptions() if s["graph"] == graph]
+    mirror = next((m for m in list_mirrors(hub.db) if m["graph"] == graph), None)
+    return render_template("graph.html", graph=row, size=hub.archive.size(graph), patches=patches[:PAGE],
+                           older=patches[PAGE - 1].seq if len(patches) > PAGE else None, readers=readers,
+                           writers=writers, subscribers=subscribers, mirror=mirror)
+
+
+@dataclass
+class Node:
+    """A statement's object as the patch view shows it: a term, or a nested blank node."""
+
+    predicate: str
+    text: str = ""
+    folded: str = ""  # the whole of a long literal (text is its start)
+    children: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class SubjectChange:
+    """One subject's removed and added statements."""
+
+    subject: str
+    removed: list[Node] = field(default_factory=list)
+    added: list[Node] = field(default_factory=list)
+
+
+def _term(term: Any) -> tuple[str, str]:
+    """(shown text, whole text when folded) of an object term."""
+    text = str(term)
+    if isinstance(term, ox.Literal) and len(term.value) > FOLD:
+        return f'"{term.value[:FOLD]}…"', text
+    return text, ""
+
+
+def _nested(quads: list[ox.Quad]) -> list[tuple[str, Node]]:
+    """An MSG's statements as (subject, node) trees: statements about blank nodes nest under
+    the statement that names them (once: a cycle or a shared node is shown where first met)."""
+    about: dict[str, list[ox.Quad]] = defaultdict(list)
+    for q in quads:
+        about[str(q.subject)].append(q)
+    named = {str(q.object) for q in quads if isinstance(q.object, ox.BlankNode)}
+    roots = [s for s in about if not s.startswith("_:") or s not in named] or list(about)[:1]
+    seen: set[str] = set()
+
+    def node(q: ox.Quad) -> Node:
+        obj = q.object
+        key = str(obj)
+        if isinstance(obj, ox.BlankNode) and key in about and key not in seen:
+            seen.add(key)
+            return Node(str(q.predicate), "[ ]", children=[node(inner) for inner in about[key]])
+        text, whole = _term(obj)
+        return Node(str(q.predicate), text, whole)
+
+    out = []
+    for subject in roots:
+        seen.add(subject)
+        out += [("[ ]" if subject.startswith("_:") else subject, node(q)) for q in about[subject]]
+    return out
+
+
+def review(patch: Any) -> list[SubjectChange]:
+    """The patch's rows by subject, removed and added side by side, subjects in order."""
+    changes: dict[str, SubjectChange] = {}
+    for side, msgs in (("removed", patch.removed), ("added", patch.added)):
+        for msg in msgs:
+            quads = list(ox.parse(msg.nquads, format=ox.RdfFormat.N_QUADS))
+            for subject, node in _nested(quads):
+                change = changes.setdefault(subject, SubjectChange(subject))
+                getattr(change, side).append(node)
+    return [changes[s] for s in sorted(changes)]
+
+
+@ui.get("/patch")
+def patch_page() -> Any:
+    hub = runtime()
+    patch_id = check_patch_id(request.args.get("id", ""))
+    record = hub.archive.patch(patch_id)
+    patch = read_rdf_patch(record.body, hub.canonicalizer)
+    pinned = pinned_keys(hub.db, record.graph)
+    keys = TrustedKeys(pinned) if pinned is not None else TrustedKeys(hub.keys.jwks())
+    try:
+        verified, problem = keys.verify(patch.id, patch.signature), ""
+    except LucidError as exc:
+        verified, problem = "", str(exc)
+    return render_template("patch.html", record=record, patch=patch, changes=review(patch), verified=verified,
+                           problem=problem, against="the publisher's pinned keys" if pinned is not None
+                           else "this hub's keys", body=record.body.decode("utf-8", "replace"))
+
+
+@ui.get("/patch/raw")
+def patch_raw() -> Any:
+    """The patch's RDF Patch bytes as archived (shown as text by the browser)."""
+    record = runtime().archive.patch(check_patch_id(request.args.get("id", "")))
+    return Response(record.body, mimetype="text/plain", headers={"X-Content-Type-Options": "nosniff"})
+
+
+def _number(name: str, default: Any) -> Any:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or len(raw) > 12:
+        raise InputError(f"{name} must be a whole number")
+    return int(raw)

@@ -1,0 +1,148 @@
+"""The console (issue 21, first pages): overview, graphs, a graph's history, a patch as a review,
+in a real headless Chromium; screenshots of each page at 1280 px and at a phone's width go to
+test-artifacts/console/ (ignored by git) for a person to look at; no request of a page fails
+(favicon included); axe-core (shipped by the axe-core-python package) finds no serious or
+critical violation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import ADMIN_PASSWORD as PASSWORD
+from tests.conftest import RunningHub
+from tests.test_admin_ui import _chromium
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "console"
+G = "http://example.org/graphs/orders"
+NT = {"Content-Type": "application/n-triples"}
+SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    pytest.importorskip("selenium", reason="selenium is not installed: pip install -e '.[test]'")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # failed loads are logged as SEVERE
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def axe_violations(browser: Any) -> list[dict[str, Any]]:
+    """Serious and critical axe-core violations of the page."""
+    from importlib.resources import files
+
+    script = files("axe_core_python").joinpath("axe.min.js").read_text(encoding="utf-8")
+    browser.execute_script(script)
+    result = browser.execute_async_script("const done = arguments[0]; axe.run(document).then(done);")
+    return [v for v in result["violations"] if v.get("impact") in ("serious", "critical")]
+
+
+def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui_hub: RunningHub) -> None:
+    from selenium.webdriver.common.by import By
+
+    hub = ui_hub
+    first = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, headers=NT, timeout=30, data=(
+        b'<http://example.org/po/1> <http://example.org/status> "open" .\n'
+        b'<http://example.org/po/1> <http://example.org/line> _:l .\n'
+        b'_:l <http://example.org/sku> "SKU-1" .\n_:l <http://example.org/qty> "3" .\n')).json()["patch"]
+    long_note = "delivery note " * 40
+    second = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, headers=NT, timeout=30, data=(
+        '<http://example.org/po/1> <http://example.org/status> "shipped" .\n'
+        '<http://example.org/po/1> <http://example.org/line> _:l .\n'
+        '_:l <http://example.org/sku> "SKU-1" .\n_:l <http://example.org/qty> "3" .\n'
+        f'<http://example.org/po/1> <http://example.org/note> "{long_note}" .\n').encode()).json()["patch"]
+    assert first and second
+
+    browser.get(f"{hub.url}/admin/ui/overview")
+    assert "/admin/ui/login" in browser.current_url  # signed out: to the sign-in page
+    browser.find_element(By.ID, "username").send_keys("alice")
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "sign-in").click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Overview"  # back where it was going
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    pages = {"overview": "/admin/ui/overview", "graphs": "/admin/ui/graphs",
+             "graph": f"/admin/ui/graph?graph={requests.utils.quote(G, safe='')}",
+             "patch": f"/admin/ui/patch?id={requests.utils.quote(second, safe='')}"}
+    browser.get_log("browser")  # (what the sign-in logged)
+    for name, path in pages.items():
+        for size, (width, height) in SIZES.items():
+            browser.set_window_size(width, height)
+            browser.get(f"{hub.url}{path}")
+            assert browser.find_element(By.TAG_NAME, "h1").text
+            shot = ARTIFACTS / f"{name}-{size}.png"
+            browser.save_screenshot(str(shot))
+            assert shot.stat().st_size > 5_000
+            overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{name} is wider than a {width} px window by {overflow} px"
+        failed = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert failed == [], f"{name}: {failed}"
+        assert axe_violations(browser) == [], name
+
+    # The overview counts what is there; the graph's history lists both patches, newest first.
+    browser.get(f"{hub.url}{pages['overview']}")
+    assert "Graphs published" in browser.page_source and G in browser.page_source
+    chart = browser.find_element(By.CSS_SELECTOR, "figure.chart svg")
+    archived = sum(g.length for g in hub.runtime.archive.graphs())  # all of them made in the last minutes
+    assert chart.get_attribute("aria-label").endswith(f": {archived} patches") and archived >= 2
+    browser.get(f"{hub.url}{pages['graph']}")
+    entries = browser.find_elements(By.CSS_SELECTOR, "ol.timeline li")
+    assert [e.text.split()[0] for e in entries] == ["#2", "#1"]
+
+    # The patch as a review: the subject's removed and added statements side by side, the line
+    # item's blank node nested, the long note folded, the signature verified.
+    browser.get(f"{hub.url}{pages['patch']}")
+    (article,) = [a for a in browser.find_elements(By.CSS_SELECTOR, "article.subject")
+                  if "http://example.org/po/1" in a.find_element(By.TAG_NAME, "h3").text]
+    removed = article.find_element(By.CSS_SELECTOR, ".side.removed").text
+    added = article.find_element(By.CSS_SELECTOR, ".side.added").text
+    assert '"open"' in removed and '"shipped"' in added and '"open"' not in added
+    folded = article.find_element(By.CSS_SELECTOR, ".side.added details")
+    assert "…" in folded.text and folded.get_attribute("open") is None
+    assert "verified" in browser.find_element(By.CSS_SELECTOR, "dl.facts").text
+    browser.get(f"{hub.url}/admin/ui/patch?id={requests.utils.quote(first, safe='')}")
+    nested = browser.find_element(By.CSS_SELECTOR, ".side.added ul.nested").text
+    assert '"SKU-1"' in nested and '"3"' in nested
+    raw = browser.find_element(By.LINK_TEXT, "raw RDF Patch").get_attribute("href")
+    browser.get(raw)
+    assert browser.find_element(By.TAG_NAME, "body").text.startswith(f"H id <{first}> .")
+
+
+def test_console_pages_need_an_admin_session_and_answer_bad_input_with_4xx(ui_hub: RunningHub) -> None:
+    hub = ui_hub
+    plain = requests.Session()
+    plain.trust_env = False
+    for path in ("/admin/ui/overview", "/admin/ui/graphs", f"/admin/ui/graph?graph={G}", "/admin/ui/patch?id=x",
+                 "/admin/ui/patch/raw?id=x"):
+        answer = plain.get(f"{hub.url}{path}", allow_redirects=False, timeout=30)
+        assert answer.status_code == 302 and "/admin/ui/login" in answer.headers["Location"], path
+    # the partner's bearer token is no admin session either
+    partner = hub.session(hub.token("Globex", ("partner",), ("graphs:read",)))
+    assert partner.get(f"{hub.url}/admin/ui/overview", allow_redirects=False, timeout=30).status_code == 302
+    page = plain.get(f"{hub.url}/admin/ui/login", timeout=30)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    signed = plain.post(f"{hub.url}/admin/ui/login", data={"username": "alice", "password": PASSWORD,
+                                                            **({"csrf": csrf.group(1)} if csrf else {})}, timeout=30)
+    assert signed.status_code == 200
+    bad = {f"/admin/ui/graph?graph={G}/none": 404, "/admin/ui/patch?id=bad": 400,
+           f"/admin/ui/patch?id=urn:sha256:{'0' * 64}": 404, "/admin/ui/graphs?offset=-1": 400,
+           f"/admin/ui/graph?graph={G}&before=1e9": 400, "/admin/ui/patch/raw?id=nope": 400}
+    for path, status in bad.items():
+        answer = plain.get(f"{hub.url}{path}", timeout=30)
+        assert answer.status_code == status and answer.text.strip(), (path, answer.status_code, answer.text[:200])
