@@ -146,3 +146,87 @@ def test_console_pages_need_an_admin_session_and_answer_bad_input_with_4xx(ui_hu
     for path, status in bad.items():
         answer = plain.get(f"{hub.url}{path}", timeout=30)
         assert answer.status_code == status and answer.text.strip(), (path, answer.status_code, answer.text[:200])
+
+
+def sign_in(browser: Any, hub: RunningHub) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{hub.url}/admin/ui/login")
+    browser.find_element(By.ID, "username").send_keys("alice")
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "sign-in").click()
+
+
+def test_subscribers_redeliver_and_cancel_after_confirmation(browser: Any, ui_hub: RunningHub, callback: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.test_websub import active, publish, subscribed
+
+    hub = ui_hub
+    subscribed(hub, callback)
+    delivered = publish(hub, "2")
+    callback.wait(lambda: len(callback.deliveries) == 1)
+    (sid,) = [s["id"] for s in active(hub)]
+    sign_in(browser, hub)
+    browser.set_window_size(*SIZES["desktop"])
+    browser.get(f"{hub.url}/admin/ui/subscriptions")
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-id="{sid}"]')
+    assert "active" in row.text and callback.url.split("?")[0] in row.text
+    browser.save_screenshot(str(ARTIFACTS / "subscriptions-desktop.png"))
+    assert axe_violations(browser) == []
+
+    # Redeliver: a confirmation page first (a GET changes nothing), then the patch again.
+    row.find_element(By.LINK_TEXT, "Redeliver").click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Deliver again?" and len(callback.deliveries) == 1
+    assert axe_violations(browser) == []
+    browser.find_element(By.ID, "from").send_keys(delivered)
+    browser.find_element(By.ID, "confirm").click()
+    assert "delivering again" in browser.find_element(By.CSS_SELECTOR, "[role=status]").text
+    callback.wait(lambda: len(callback.deliveries) == 2)
+    assert callback.deliveries[1][1] == callback.deliveries[0][1]  # the same patch, again
+
+    # Cancel: confirmed, the subscription ends and its callback is told.
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-id="{sid}"]').find_element(By.LINK_TEXT, "Cancel").click()
+    browser.find_element(By.ID, "confirm").click()
+    assert "cancelled" in browser.find_element(By.CSS_SELECTOR, "[role=status]").text
+    assert active(hub) == []
+    callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_actions_are_refused_without_a_csrf_token_or_an_admin_session(ui_hub: RunningHub, callback: Any) -> None:
+    from tests.test_websub import active, subscribed
+
+    hub = ui_hub
+    subscribed(hub, callback)
+    (sid,) = [s["id"] for s in active(hub)]
+    form = {"action": "cancel", "id": str(sid)}
+    stranger = requests.Session()
+    stranger.trust_env = False
+    answer = stranger.post(f"{hub.url}/admin/ui/subscriptions/act", data=form, allow_redirects=False, timeout=30)
+    assert answer.status_code == 403 and "CSRF" in answer.text  # no session, no token
+    partner = hub.session(hub.token("Globex", ("partner",), ("graphs:read",)))
+    assert partner.post(f"{hub.url}/admin/ui/subscriptions/act", data=form, timeout=30).status_code == 403
+    admin = requests.Session()
+    admin.trust_env = False
+    page = admin.get(f"{hub.url}/admin/ui/login", timeout=30)
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert admin.post(f"{hub.url}/admin/ui/login", data={"username": "alice", "password": PASSWORD,
+                                                          **({"csrf": token.group(1)} if token else {})},
+                      timeout=30).status_code == 200
+    assert admin.post(f"{hub.url}/admin/ui/subscriptions/act", data=form, timeout=30).status_code == 403  # no token
+    assert admin.post(f"{hub.url}/admin/ui/subscriptions/act", data={**form, "csrf": "forged"},
+                      timeout=30).status_code == 403
+    assert len(active(hub)) == 1  # nothing happened
+    confirm = admin.get(f"{hub.url}/admin/ui/subscriptions/confirm", params={"action": "cancel", "id": sid}, timeout=30)
+    real = re.search(r'name="csrf" value="([^"]+)"', confirm.text)
+    assert real is not None and len(active(hub)) == 1  # the confirmation page changes nothing
+    for bad, status in (({"action": "explode", "id": str(sid)}, 400), ({"action": "cancel", "id": "x"}, 400),
+                        ({"action": "redeliver", "id": str(sid), "from": "urn:sha256:bad"}, 400),
+                        ({"action": "cancel", "id": "999999"}, 404)):
+        answer = admin.post(f"{hub.url}/admin/ui/subscriptions/act", data={**bad, "csrf": real.group(1)}, timeout=30)
+        assert answer.status_code == status, (bad, answer.status_code, answer.text[:200])
+    done = admin.post(f"{hub.url}/admin/ui/subscriptions/act", data={**form, "csrf": real.group(1)}, timeout=30)
+    assert done.status_code == 200 and "cancelled" in done.text and active(hub) == []
+    assert admin.post(f"{hub.url}/admin/ui/subscriptions/act", data={**form, "csrf": real.group(1)},
+                      timeout=30).status_code == 404  # replayed: the subscription is gone

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyoxigraph as ox
-from flask import Response, render_template, request
+from flask import Response, redirect, render_template, request, session, url_for
 
 from lucid_hub.errors import InputError, LucidError, NotFoundError
 from lucid_hub.mirror import list_mirrors, pinned_keys
@@ -193,6 +193,55 @@ def patch_page() -> Any:
     return render_template("patch.html", record=record, patch=patch, changes=review(patch), verified=verified,
                            problem=problem, against="the publisher's pinned keys" if pinned is not None
                            else "this hub's keys", body=record.body.decode("utf-8", "replace"))
+
+
+@ui.get("/subscriptions")
+def subscriptions_page() -> Any:
+    """Every subscription to our graphs (partners' mirrors of them among them), a page at a
+    time, the failing and lagging ones first."""
+    offset = _number("offset", 0)
+    rows = sorted(runtime().hub.subscriptions(),
+                  key=lambda s: (s["state"] != "failed", -int(s["lag"]), s["graph"], s["callback"]))
+    return render_template("subscriptions.html", subscriptions=rows[offset:offset + PAGE], total=len(rows),
+                           offset=offset, page=PAGE, message=request.args.get("message"))
+
+
+ACTIONS = {"redeliver": "Deliver again", "cancel": "Cancel the subscription"}
+
+
+@ui.get("/subscriptions/confirm")
+def confirm_subscription_action() -> Any:
+    """What an action will do, and the form that does it (nothing happens on a GET)."""
+    action = request.args.get("action", "")
+    if action not in ACTIONS:
+        raise InputError(f"action must be one of {', '.join(ACTIONS)}")
+    sid = _number("id", None)
+    subscription = next((s for s in runtime().hub.subscriptions() if s["id"] == sid), None)
+    if subscription is None:
+        raise NotFoundError(f"no subscription {sid}")
+    start = request.args.get("from", "")
+    if start:
+        check_patch_id(start, "from")
+    return render_template("confirm.html", action=action, title=ACTIONS[action], subscription=subscription,
+                           start=start)
+
+
+@ui.post("/subscriptions/act")
+def subscription_action() -> Any:
+    """Carry out a confirmed action (the CSRF token was checked before this ran)."""
+    action = request.form.get("action", "")
+    raw = request.form.get("id", "")
+    if action not in ACTIONS or not raw.isdigit():
+        raise InputError("the form names no known action and subscription")
+    sid = int(raw)
+    if action == "redeliver":
+        start = request.form.get("from") or None
+        runtime().delivery.redeliver(sid, check_patch_id(start, "from") if start else None)
+        done = f"subscription {sid}: delivering again" + (f" from {start}" if start else "")
+    else:
+        runtime().hub.cancel(sid, f"cancelled by {session.get('admin')} (console)")
+        done = f"subscription {sid} cancelled; its callback was told"
+    return redirect(url_for("admin_ui.subscriptions_page", message=done))
 
 
 @ui.get("/patch/raw")
