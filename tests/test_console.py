@@ -128,6 +128,8 @@ def test_console_pages_need_an_admin_session_and_answer_bad_input_with_4xx(ui_hu
     hub = ui_hub
     plain = requests.Session()
     plain.trust_env = False
+    icon = plain.get(f"{hub.url}/favicon.ico", timeout=30)  # asked for unbidden by browsers (a text page)
+    assert icon.status_code == 200 and icon.headers["Content-Type"] == "image/svg+xml"
     for path in ("/admin/ui/overview", "/admin/ui/graphs", f"/admin/ui/graph?graph={G}", "/admin/ui/patch?id=x",
                  "/admin/ui/patch/raw?id=x"):
         answer = plain.get(f"{hub.url}{path}", allow_redirects=False, timeout=30)
@@ -148,6 +150,15 @@ def test_console_pages_need_an_admin_session_and_answer_bad_input_with_4xx(ui_hu
         assert answer.status_code == status and answer.text.strip(), (path, answer.status_code, answer.text[:200])
 
 
+def shown(browser: Any, css: str) -> str:
+    """The text of the element once the page that has it is loaded (a click posts, then navigates)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return str(WebDriverWait(browser, 15).until(ec.presence_of_element_located((By.CSS_SELECTOR, css))).text)
+
+
 def sign_in(browser: Any, hub: RunningHub) -> None:
     from selenium.webdriver.common.by import By
 
@@ -155,6 +166,7 @@ def sign_in(browser: Any, hub: RunningHub) -> None:
     browser.find_element(By.ID, "username").send_keys("alice")
     browser.find_element(By.ID, "password").send_keys(PASSWORD)
     browser.find_element(By.ID, "sign-in").click()
+    shown(browser, "header nav")
 
 
 def test_subscribers_redeliver_and_cancel_after_confirmation(browser: Any, ui_hub: RunningHub, callback: Any) -> None:
@@ -177,18 +189,19 @@ def test_subscribers_redeliver_and_cancel_after_confirmation(browser: Any, ui_hu
 
     # Redeliver: a confirmation page first (a GET changes nothing), then the patch again.
     row.find_element(By.LINK_TEXT, "Redeliver").click()
-    assert browser.find_element(By.TAG_NAME, "h1").text == "Deliver again?" and len(callback.deliveries) == 1
+    assert shown(browser, "#confirm") and browser.find_element(By.TAG_NAME, "h1").text == "Deliver again?" and len(callback.deliveries) == 1
     assert axe_violations(browser) == []
     browser.find_element(By.ID, "from").send_keys(delivered)
     browser.find_element(By.ID, "confirm").click()
-    assert "delivering again" in browser.find_element(By.CSS_SELECTOR, "[role=status]").text
+    assert "delivering again" in shown(browser, "[role=status]")
     callback.wait(lambda: len(callback.deliveries) == 2)
     assert callback.deliveries[1][1] == callback.deliveries[0][1]  # the same patch, again
 
     # Cancel: confirmed, the subscription ends and its callback is told.
     browser.find_element(By.CSS_SELECTOR, f'tr[data-id="{sid}"]').find_element(By.LINK_TEXT, "Cancel").click()
+    shown(browser, "#confirm")
     browser.find_element(By.ID, "confirm").click()
-    assert "cancelled" in browser.find_element(By.CSS_SELECTOR, "[role=status]").text
+    assert "cancelled" in shown(browser, "[role=status]")
     assert active(hub) == []
     callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
@@ -230,3 +243,23 @@ def test_actions_are_refused_without_a_csrf_token_or_an_admin_session(ui_hub: Ru
     assert done.status_code == 200 and "cancelled" in done.text and active(hub) == []
     assert admin.post(f"{hub.url}/admin/ui/subscriptions/act", data={**form, "csrf": real.group(1)},
                       timeout=30).status_code == 404  # replayed: the subscription is gone
+
+
+def test_the_overview_figures_move_live_when_a_patch_is_published(browser: Any, ui_hub: RunningHub) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    hub = ui_hub
+    sign_in(browser, hub)
+    browser.get(f"{hub.url}/admin/ui/overview")
+    WebDriverWait(browser, 15).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "[data-live-state]").text == "live")  # the stream is open
+    day = browser.find_element(By.CSS_SELECTOR, '[data-figure="day_total"]')
+    published = browser.find_element(By.CSS_SELECTOR, '[data-figure="published"]')
+    before_total, before_graphs = int(day.text), int(published.text)
+    answer = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, headers=NT, timeout=30,
+                          data=b'<http://example.org/po/9> <http://example.org/status> "open" .\n')
+    assert answer.status_code == 201
+    WebDriverWait(browser, 15).until(lambda _b: int(day.text) == before_total + 1)  # no reload
+    assert int(published.text) == before_graphs + 1
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

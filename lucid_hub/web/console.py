@@ -10,13 +10,16 @@ by subject, blank-node structures nested, long literals folded — with its sign
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyoxigraph as ox
-from flask import Response, redirect, render_template, request, session, url_for
+from flask import Response, redirect, render_template, request, session, stream_with_context, url_for
 
 from lucid_hub.errors import InputError, LucidError, NotFoundError
 from lucid_hub.mirror import list_mirrors, pinned_keys
@@ -53,13 +56,66 @@ def _bars(counts: dict[datetime, int], start: datetime, step: timedelta, n: int,
     return [Bar((start + i * step).strftime(label), c, i * width, 40 * c / top) for i, c in enumerate(sums)]
 
 
+def _figures(total_graphs: int, mirrors: list[dict[str, Any]], subscriptions: list[dict[str, Any]],
+             day: dict[datetime, int], week: dict[datetime, int]) -> dict[str, Any]:
+    """The overview's moving figures (the page's, and each live update's)."""
+    def states(items: list[dict[str, Any]]) -> str:
+        counts = Counter(str(i["state"]) for i in items)
+        return ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
+
+    return {"published": total_graphs - len(mirrors), "mirrored": len(mirrors), "subscriptions": states(subscriptions),
+            "mirror_states": states(mirrors), "failures": sum(int(s["failures"]) for s in subscriptions),
+            "day_total": sum(day.values()), "week_total": sum(week.values())}
+
+
+def _windows() -> tuple[datetime, datetime, dict[datetime, int], dict[datetime, int]]:
+    """The chart windows (the last 24 hours and 7 days, to the end of this hour) and their counts."""
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    week = runtime().archive.per_hour(now - timedelta(days=7))
+    day_start = now - timedelta(hours=24)
+    return now, day_start, {h: c for h, c in week.items() if h >= day_start}, week
+
+
+# Seconds a live-figures stream stays open (the browser's EventSource then opens the next),
+# and the least time between two updates of one stream (a burst of patches is one update).
+LIVE_SECONDS = 300.0
+LIVE_EVERY = 1.0
+
+
+@ui.get("/overview/events")
+def overview_events() -> Response:
+    """The overview's figures as Server-Sent Events: one at once, then one after every change
+    of the archive (at most one a second), a comment every 15 s while nothing changes."""
+    hub = runtime()
+    stream = hub.stream
+
+    def figures() -> str:
+        _now, _start, day, week = _windows()
+        data = _figures(hub.archive.graph_page(0, 1)[1], list_mirrors(hub.db), hub.hub.subscriptions(), day, week)
+        return f"event: figures\ndata: {json.dumps(data)}\n\n"
+
+    def events() -> Iterator[str]:
+        yield "retry: 2000\n\n"
+        generation = stream.generation()
+        yield figures()
+        end = time.monotonic() + LIVE_SECONDS
+        while time.monotonic() < end and not stream.ended:
+            now = stream.wait(generation, 15.0)
+            if now == generation:
+                yield ": keep-alive\n\n"
+                continue
+            generation = now
+            yield figures()
+            time.sleep(LIVE_EVERY)  # (pacing the stream, not synchronising anything)
+
+    return Response(stream_with_context(events()), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
 @ui.get("/overview")
 def overview() -> Any:
     hub = runtime()
-    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    week = hub.archive.per_hour(now - timedelta(days=7))
-    day_start = now - timedelta(hours=24)
-    day = {h: c for h, c in week.items() if h >= day_start}
+    now, day_start, day, week = _windows()
     graphs, total_graphs = hub.archive.graph_page(0, 10)
     mirrors = list_mirrors(hub.db)
     subscriptions = hub.hub.subscriptions()
@@ -78,13 +134,10 @@ def overview() -> Any:
         if m["state"] not in ("active",):
             attention.append((f"Mirror {m['state']}", f"{m['graph']} from {m['hub']}", f"graph?graph={m['graph']}"))
     return render_template(
-        "overview.html", graphs=graphs, total_graphs=total_graphs,
-        mirrored=len(mirrors), published=total_graphs - len(mirrors),
+        "overview.html", graphs=graphs, total_graphs=total_graphs, attention=attention,
         day=_bars(day, day_start, timedelta(hours=1), 24, "%H:00"),
         week=_bars(week, now - timedelta(days=7), timedelta(days=1), 7, "%a %d"),
-        day_total=sum(day.values()), week_total=sum(week.values()),
-        subscriptions=Counter(s["state"] for s in subscriptions), mirror_states=Counter(m["state"] for m in mirrors),
-        failures=sum(int(s["failures"]) for s in subscriptions), attention=attention)
+        **_figures(total_graphs, mirrors, subscriptions, day, week))
 
 
 @ui.get("/graphs")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from flask import Blueprint, Flask, Response, g, jsonify, request
 from sqlalchemy import text
@@ -15,6 +16,13 @@ from lucid_hub.web.errors import text as plain
 from lucid_hub.web.http import runtime
 
 blueprint = Blueprint("ops", __name__)
+
+
+@blueprint.get("/favicon.ico")
+def favicon() -> Response:
+    """The console's icon where browsers look for one unasked (a plain-text page, a JSON answer)."""
+    icon = (Path(__file__).parent / "static" / "favicon.svg").read_bytes()
+    return Response(icon, mimetype="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 
 @blueprint.get("/healthz")
