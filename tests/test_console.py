@@ -263,3 +263,60 @@ def test_the_overview_figures_move_live_when_a_patch_is_published(browser: Any, 
     WebDriverWait(browser, 15).until(lambda _b: int(day.text) == before_total + 1)  # no reload
     assert int(published.text) == before_graphs + 1
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_clients_are_created_with_the_secret_shown_once_and_deleted_after_confirmation(
+        browser: Any, ui_hub: RunningHub) -> None:
+    from selenium.webdriver.common.by import By
+
+    hub = ui_hub
+    sign_in(browser, hub)
+    browser.set_window_size(*SIZES["desktop"])
+    browser.get(f"{hub.url}/admin/ui/clients")
+    browser.find_element(By.ID, "name").send_keys("Globex hub")
+    browser.find_element(By.ID, "groups").send_keys("partner-globex partners")
+    browser.find_element(By.ID, "callback_prefixes").send_keys("https://hub.globex.example/callback/")
+    browser.find_element(By.ID, "create-client").click()
+    client_id, secret = shown(browser, "#new-client-id"), shown(browser, "#new-client-secret")
+    assert client_id.startswith("lc-") and len(secret) >= 32
+    browser.save_screenshot(str(ARTIFACTS / "clients-desktop.png"))
+    assert axe_violations(browser) == []
+    token = requests.post(f"{hub.url}/oauth/token", data={"grant_type": "client_credentials"},
+                          auth=(client_id, secret), timeout=30)
+    assert token.status_code == 200  # the secret shown is the client's
+    browser.get(f"{hub.url}/admin/ui/clients")
+    assert secret not in browser.page_source and client_id in browser.page_source  # never shown again
+    record = hub.runtime.clients.get(client_id)
+    assert record is not None and record.groups == ("partner-globex", "partners")
+    assert record.scopes == ("graphs:read", "hub:subscribe")
+
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-client="{client_id}"]').find_element(By.LINK_TEXT, "Delete").click()
+    shown(browser, "#confirm")
+    assert hub.runtime.clients.get(client_id) is not None  # asking changed nothing
+    browser.find_element(By.ID, "confirm").click()
+    assert "deleted" in shown(browser, "[role=status]")
+    assert hub.runtime.clients.get(client_id) is None
+    assert requests.post(f"{hub.url}/oauth/token", data={"grant_type": "client_credentials"},
+                         auth=(client_id, secret), timeout=30).status_code == 401
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_client_forms_are_refused_without_a_csrf_token_and_bad_values_say_why(ui_hub: RunningHub) -> None:
+    hub = ui_hub
+    admin = requests.Session()
+    admin.trust_env = False
+    page = admin.get(f"{hub.url}/admin/ui/login", timeout=30)
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    admin.post(f"{hub.url}/admin/ui/login", data={"username": "alice", "password": PASSWORD,
+                                                   **({"csrf": token.group(1)} if token else {})}, timeout=30)
+    before = len(hub.runtime.clients.list())
+    assert admin.post(f"{hub.url}/admin/ui/clients", data={"name": "x"}, timeout=30).status_code == 403
+    csrf = re.search(r'name="csrf" value="([^"]+)"', admin.get(f"{hub.url}/admin/ui/clients", timeout=30).text)
+    assert csrf is not None
+    for form, reason in (({"name": ""}, "name"), ({"name": "x", "scopes": "root"}, "unknown scope"),
+                         ({"name": "x" * 300}, "name")):
+        answer = admin.post(f"{hub.url}/admin/ui/clients", data={**form, "csrf": csrf.group(1)}, timeout=30)
+        assert answer.status_code == 400 and reason in answer.text, (form, answer.text[:200])
+    assert len(hub.runtime.clients.list()) == before  # nothing half-made
+    gone = admin.post(f"{hub.url}/admin/ui/clients/delete", data={"id": "lc-nope", "csrf": csrf.group(1)}, timeout=30)
+    assert gone.status_code == 404

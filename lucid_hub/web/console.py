@@ -21,6 +21,7 @@ from typing import Any
 import pyoxigraph as ox
 from flask import Response, redirect, render_template, request, session, stream_with_context, url_for
 
+from lucid_hub.auth.clients import SCOPES
 from lucid_hub.errors import InputError, LucidError, NotFoundError
 from lucid_hub.mirror import list_mirrors, pinned_keys
 from lucid_hub.rdf.patch import check_patch_id
@@ -295,6 +296,47 @@ def subscription_action() -> Any:
         runtime().hub.cancel(sid, f"cancelled by {session.get('admin')} (console)")
         done = f"subscription {sid} cancelled; its callback was told"
     return redirect(url_for("admin_ui.subscriptions_page", message=done))
+
+
+@ui.get("/clients")
+def clients_page() -> Any:
+    """OAuth clients (partners' hubs and tools) with their groups, and the groups the access
+    conditions name; a new client's secret is shown once, on the answer to its creation."""
+    return render_template("clients.html", **_clients(), scopes=SCOPES, message=request.args.get("message"),
+                           created=None)
+
+
+def _clients() -> dict[str, Any]:
+    """The clients, and every group a client is in or a condition names."""
+    clients = runtime().clients.list()
+    groups = sorted({g for c in clients for g in c.groups}
+                    | {g for c in runtime().policies.conditions() for g in c.requiresGroup})
+    return {"clients": clients, "groups": groups}
+
+
+@ui.post("/clients")
+def create_client_page() -> Any:
+    form = request.form
+    record, secret = runtime().clients.create(
+        form.get("name", "").strip(), groups=form.get("groups", "").split(), scopes=form.getlist("scopes"),
+        callback_prefixes=form.get("callback_prefixes", "").split())
+    answer = render_template("clients.html", **_clients(), scopes=SCOPES, message=None, created=(record, secret))
+    return Response(answer, status=201, headers={"Cache-Control": "no-store"})  # the secret: never cached
+
+
+@ui.get("/clients/confirm")
+def confirm_client_delete() -> Any:
+    client = runtime().clients.get(request.args.get("id", ""))
+    if client is None:
+        raise NotFoundError(f"unknown client {request.args.get('id', '')}")
+    return render_template("confirm_client.html", client=client)
+
+
+@ui.post("/clients/delete")
+def delete_client_page() -> Any:
+    client_id = request.form.get("id", "")
+    runtime().clients.delete(client_id)
+    return redirect(url_for("admin_ui.clients_page", message=f"client {client_id} deleted: its tokens are refused"))
 
 
 @ui.get("/patch/raw")
