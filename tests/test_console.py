@@ -320,3 +320,50 @@ def test_client_forms_are_refused_without_a_csrf_token_and_bad_values_say_why(ui
     assert len(hub.runtime.clients.list()) == before  # nothing half-made
     gone = admin.post(f"{hub.url}/admin/ui/clients/delete", data={"id": "lc-nope", "csrf": csrf.group(1)}, timeout=30)
     assert gone.status_code == 404
+
+
+def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_confirmation(
+        browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    from lucid_hub.auth.admins import AdminAccounts
+    from tests.conftest import running_hub
+    from tests.test_mirror import DEV, _deliver, add_mirror, mirror, publish, version, wait
+
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher, \
+            running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
+        AdminAccounts(partner.runtime.db).create("alice", PASSWORD)
+        first = publish(publisher, version(0))
+        add_mirror(publisher, partner)
+        wait(lambda: mirror(partner)["head"] == first and mirror(partner)["state"] == "active")
+        foreign = publisher.runtime.archive.patch(first).body.replace(b'"W0"', b'"W9"')  # altered: id fails
+        assert _deliver(partner, foreign).status_code == 202
+        wait(lambda: mirror(partner)["quarantined"] == 1)
+
+        sign_in(browser, partner)
+        browser.set_window_size(*SIZES["desktop"])
+        browser.get(f"{partner.url}/admin/ui/mirrors")
+        card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
+        assert "active" in card.text and publisher.url in card.text
+        assert "not verified: patch bytes hash" in card.find_element(By.CSS_SELECTOR, "table").text  # why, per patch
+        browser.save_screenshot(str(ARTIFACTS / "mirrors-desktop.png"))
+        assert axe_violations(browser) == []
+
+        second = publish(publisher, version(1))
+        card.find_element(By.TAG_NAME, "button").click()  # verify again and catch up
+        assert "verified and applied" in shown(browser, "[role=status]")
+        assert mirror(partner)["head"] == second
+
+        # Trust rotated keys: the publisher rotates its key; the admin pins its JWKS anew after a
+        # confirmation page (the old key stays pinned beside the new one).
+        publisher.runtime.keys.rotate()
+        browser.get(f"{partner.url}/admin/ui/mirrors")
+        browser.find_element(By.PARTIAL_LINK_TEXT, "Trust the publisher").click()
+        field = browser.find_element(By.ID, "jwks")
+        assert field.get_attribute("value") == f"{publisher.url}/.well-known/jwks.json"
+        assert axe_violations(browser) == []
+        before = list(mirror(partner)["keys"])
+        browser.find_element(By.ID, "confirm").click()
+        assert "keys pinned" in shown(browser, "[role=status]")
+        assert set(before) < set(mirror(partner)["keys"])  # the new key pinned beside the old one
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -23,7 +23,8 @@ from flask import Response, redirect, render_template, request, session, stream_
 
 from lucid_hub.auth.clients import SCOPES
 from lucid_hub.errors import InputError, LucidError, NotFoundError
-from lucid_hub.mirror import list_mirrors, pinned_keys
+from lucid_hub.mirror import list_mirrors, pinned_keys, trust_mirror
+from lucid_hub.outbound import AddressPolicy
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.signing import TrustedKeys
@@ -337,6 +338,55 @@ def delete_client_page() -> Any:
     client_id = request.form.get("id", "")
     runtime().clients.delete(client_id)
     return redirect(url_for("admin_ui.clients_page", message=f"client {client_id} deleted: its tokens are refused"))
+
+
+@ui.get("/mirrors")
+def mirrors_page() -> Any:
+    """The graphs this hub mirrors: publisher, pinned keys, head, state, and each mirror's
+    quarantine with the reason for every patch in it."""
+    hub = runtime()
+    mirrors = list_mirrors(hub.db)
+    quarantine = {m["id"]: hub.mirrors.quarantined(m["id"])[:PAGE] for m in mirrors if m["quarantined"]}
+    return render_template("mirrors.html", mirrors=mirrors, quarantine=quarantine,
+                           message=request.args.get("message"))
+
+
+def _mirror(mirror_id: str) -> dict[str, Any]:
+    found = next((m for m in list_mirrors(runtime().db) if m["id"] == mirror_id), None)
+    if found is None:
+        raise NotFoundError(f"no mirror {mirror_id}")
+    return found
+
+
+@ui.post("/mirrors/reverify")
+def reverify_mirror() -> Any:
+    """Fetch and verify again what the mirror lacks (after a partner fixed its side, or keys
+    were trusted anew): patches that verify now are applied, in order."""
+    mirror = _mirror(request.form.get("id", ""))
+    applied = runtime().mirrors.catch_up(mirror["id"])
+    return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: {applied} patches verified "
+                                                            "and applied"))
+
+
+@ui.get("/mirrors/trust")
+def confirm_trust() -> Any:
+    """The keys to pin anew (a rotated publisher key), asked before it is done."""
+    mirror = _mirror(request.args.get("id", ""))
+    default = mirror["hub"].rsplit("/hub", 1)[0] + "/.well-known/jwks.json"
+    return render_template("confirm_trust.html", mirror=mirror, jwks=request.args.get("jwks") or default)
+
+
+@ui.post("/mirrors/trust")
+def trust_keys() -> Any:
+    mirror = _mirror(request.form.get("id", ""))
+    source = request.form.get("jwks", "")
+    if not source.startswith(("https://", "http://")):
+        raise InputError("the publisher's keys: an http(s) URL of its JWKS")
+    trusted = trust_mirror(runtime().db, mirror["id"], source, policy=AddressPolicy.of(runtime().settings),
+                           replace=request.form.get("replace") == "yes")
+    runtime().mirrors.wake()
+    return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: keys pinned "
+                                                            f"({', '.join(map(str, trusted.get('keys', [])))})"))
 
 
 @ui.get("/patch/raw")
