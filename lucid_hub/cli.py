@@ -694,6 +694,19 @@ def bench_scale(replicas: str, database: str, reads: int, publishes: int, client
     run(counts, database, reads, publishes, clients)
 
 
+@bench.command("console")
+@click.option("--patches", default=10_000, show_default=True, help="Patches in the graph.")
+@click.option("--subscriptions", default=1_000, show_default=True, help="Subscriptions to it.")
+@click.option("--runs", default=20, show_default=True, help="Renders of each page.")
+def bench_console(patches: int, subscriptions: int, runs: int) -> None:
+    """The console's pages: render times with a long history and many subscribers (goal 300 ms)."""
+    from lucid_hub.tools.bench.console import run
+
+    if min(patches, subscriptions, runs) < 1:
+        raise InputError("--patches, --subscriptions and --runs must be positive")
+    run(patches, subscriptions, runs)
+
+
 @bench.command("tls")
 @click.option("--deliveries", default=3000, show_default=True, help="POSTs per run.")
 @click.option("--in-flight", default=16, show_default=True, help="POSTs in flight at once.")

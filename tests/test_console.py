@@ -119,6 +119,18 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
     browser.get(f"{hub.url}/admin/ui/patch?id={requests.utils.quote(first, safe='')}")
     nested = browser.find_element(By.CSS_SELECTOR, ".side.added ul.nested").text
     assert '"SKU-1"' in nested and '"3"' in nested
+    # Two versions compared: the graph's page links each older version to a comparison with now.
+    browser.get(f"{hub.url}{pages['graph']}")
+    browser.find_element(By.LINK_TEXT, "compare with now").click()
+    assert shown(browser, "h1").startswith("Compare two versions")
+    (article,) = browser.find_elements(By.CSS_SELECTOR, "article.subject")
+    assert '"open"' in article.find_element(By.CSS_SELECTOR, ".side.removed").text
+    assert '"shipped"' in article.find_element(By.CSS_SELECTOR, ".side.added").text
+    assert axe_violations(browser) == []
+    browser.get(f"{hub.url}/admin/ui/compare?graph={requests.utils.quote(G, safe='')}&from="
+                f"{requests.utils.quote(second, safe='')}&to={requests.utils.quote(first, safe='')}")
+    assert "swap them" in browser.find_element(By.TAG_NAME, "body").text  # 400, with the reason
+    browser.get(f"{hub.url}/admin/ui/patch?id={requests.utils.quote(first, safe='')}")
     raw = browser.find_element(By.LINK_TEXT, "raw RDF Patch").get_attribute("href")
     browser.get(raw)
     assert browser.find_element(By.TAG_NAME, "body").text.startswith(f"H id <{first}> .")
@@ -144,7 +156,8 @@ def test_console_pages_need_an_admin_session_and_answer_bad_input_with_4xx(ui_hu
     assert signed.status_code == 200
     bad = {f"/admin/ui/graph?graph={G}/none": 404, "/admin/ui/patch?id=bad": 400,
            f"/admin/ui/patch?id=urn:sha256:{'0' * 64}": 404, "/admin/ui/graphs?offset=-1": 400,
-           f"/admin/ui/graph?graph={G}&before=1e9": 400, "/admin/ui/patch/raw?id=nope": 400}
+           f"/admin/ui/graph?graph={G}&before=1e9": 400, "/admin/ui/patch/raw?id=nope": 400,
+           f"/admin/ui/compare?graph={G}&from=nope": 400, f"/admin/ui/compare?graph={G}/none&from=urn:sha256:{'0' * 64}": 404}
     for path, status in bad.items():
         answer = plain.get(f"{hub.url}{path}", timeout=30)
         assert answer.status_code == status and answer.text.strip(), (path, answer.status_code, answer.text[:200])
@@ -367,3 +380,11 @@ def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_
         assert "keys pinned" in shown(browser, "[role=status]")
         assert set(before) < set(mirror(partner)["keys"])  # the new key pinned beside the old one
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_bench_console_runs(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("bench", "console", "--patches", "30", "--subscriptions", "60", "--runs", "2")
+    assert result.code == 0, result.err
+    assert "goal: every page <= 300 ms" in result.out and "subscribers (last page)" in result.out
+    bad = run_cli("bench", "console", "--runs", "0")
+    assert bad.code == 1 and "must be positive" in bad.err

@@ -219,6 +219,13 @@ class Archive:
                 query = query.where(PatchRecord.seq > mark.seq)
             return list(session.scalars(query.order_by(PatchRecord.seq)))
 
+    def chain_records(self, graph: str, after: int, until: int) -> list[PatchRecord]:
+        """The graph's patches at chain positions after `after` up to `until`, in order."""
+        with self.db.session() as session:
+            query = select(PatchRecord).where(PatchRecord.graph == graph, PatchRecord.seq > after,
+                                              PatchRecord.seq <= until)
+            return list(session.scalars(query.order_by(PatchRecord.seq)))
+
     def chain(self, graph: str, after: int, limit: int, *, bodies: bool = False) -> list[ChainLink]:
         """Up to `limit` patches of `graph` after chain position `after`, in chain order."""
         p = PatchRecord

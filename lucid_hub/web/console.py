@@ -25,6 +25,7 @@ from lucid_hub.auth.clients import SCOPES
 from lucid_hub.errors import InputError, LucidError, NotFoundError
 from lucid_hub.mirror import list_mirrors, pinned_keys, trust_mirror
 from lucid_hub.outbound import AddressPolicy
+from lucid_hub.rdf.msg import Msg
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.signing import TrustedKeys
@@ -387,6 +388,54 @@ def trust_keys() -> Any:
     runtime().mirrors.wake()
     return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: keys pinned "
                                                             f"({', '.join(map(str, trusted.get('keys', [])))})"))
+
+
+# The most patches a comparison of two versions reads (each is parsed): farther apart, the
+# page asks for nearer versions.
+COMPARE_PATCHES = 2_000
+
+
+@dataclass
+class NetChange:
+    """What changed between two versions of a graph: the patches between them composed."""
+
+    removed: list[Msg]
+    added: list[Msg]
+
+
+@ui.get("/compare")
+def compare_page() -> Any:
+    """Two versions of a graph compared: the patches from `from` (excluded) to `to` (included,
+    default the head) composed into one change, shown as a patch is."""
+    hub = runtime()
+    graph = request.args.get("graph", "")
+    start = check_patch_id(request.args.get("from", ""), "from")
+    row = hub.archive.graphs_of([graph]).get(graph)
+    if row is None:
+        raise NotFoundError(f"unknown graph <{graph}>")
+    end = check_patch_id(request.args.get("to") or (row.head or ""), "to")
+    first, last = hub.archive.position(start, graph), hub.archive.position(end, graph)
+    if last < first:
+        raise InputError("`to` must be the later version (swap them)")
+    if last - first > COMPARE_PATCHES:
+        raise InputError(f"the versions are {last - first} patches apart; compare at most {COMPARE_PATCHES} at once")
+    removed: Counter[Msg] = Counter()
+    added: Counter[Msg] = Counter()
+    for record in hub.archive.chain_records(graph, first, last):
+        patch = read_rdf_patch(record.body, hub.canonicalizer)
+        for msg in patch.removed:  # an MSG added in between and removed again: no change
+            if added[msg]:
+                added[msg] -= 1
+            else:
+                removed[msg] += 1
+        for msg in patch.added:
+            if removed[msg]:
+                removed[msg] -= 1
+            else:
+                added[msg] += 1
+    change = NetChange(sorted(removed.elements()), sorted(added.elements()))
+    return render_template("compare.html", graph=row, start=start, end=end, patches=last - first,
+                           changes=review(change), removed=len(change.removed), added=len(change.added))
 
 
 @ui.get("/patch/raw")

@@ -1,0 +1,112 @@
+"""`lucid-hub bench console`: how long each console page takes to render with a graph of
+10,000 patches and 1,000 subscriptions (issue 21: at most 300 ms a page).
+
+In process, through Flask's test client (no network: the page's own work), signed in as an
+admin; the baseline is `/healthz` in the same process. Subscriptions are written as rows (as
+the hub would after verifying them), half of them behind and some failed, so that the pages'
+sorting and attention lists have work to do.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import click
+
+if TYPE_CHECKING:
+    from flask.testing import FlaskClient
+
+    from lucid_hub.runtime import Runtime
+
+GRAPH = "http://example.org/graphs/bench-console"
+GOAL_MS = 300.0
+
+
+def _seed(hub: Runtime, patches: int, subscriptions: int) -> list[str]:
+    import pyoxigraph as ox
+
+    from lucid_hub.db.models import Subscription
+    from lucid_hub.rdf.msg import GraphMsgsBuilder
+
+    ids = []
+    for i in range(patches):
+        text = f'<http://example.org/s/{i}> <http://example.org/p> "{i}" .\n'
+        msgs = GraphMsgsBuilder().add_default_graph(ox.parse(text, format=ox.RdfFormat.N_TRIPLES))
+        patch = hub.publisher.merge(GRAPH, msgs.build(hub.canonicalizer), author="bench", message=f"change {i}")
+        assert patch is not None
+        ids.append(patch.id)
+    now = datetime.now(UTC)
+    with hub.db.session() as session:
+        session.add_all([Subscription(
+            graph=GRAPH, callback=f"https://partner{n}.example/callback/{n}", account=f"partner-{n}",
+            endpoint_id=f"lc-{n}", groups="partners", secret=None, media_type="application/rdf-patch",
+            state="failed" if n % 50 == 0 else "active", lease_expires_at=now + timedelta(days=10),
+            delivered_seq=patches - (n % 200), attempts=0, next_attempt_at=now, last_success_at=now,
+            last_error="HTTP 503" if n % 50 == 0 else "", delivered_total=patches, failures_total=n % 7,
+            created_at=now) for n in range(subscriptions)])
+    return ids
+
+
+def _timed(client: FlaskClient, path: str, runs: int) -> tuple[float, float, int]:
+    times = []
+    status = 0
+    for _ in range(runs):
+        start = time.perf_counter()
+        answer = client.get(path)
+        times.append((time.perf_counter() - start) * 1000)
+        status = answer.status_code
+    times.sort()
+    return statistics.median(times), times[max(0, int(len(times) * 0.95) - 1)], status
+
+
+def run(patches: int, subscriptions: int, runs: int) -> None:
+    from lucid_hub.auth.admins import AdminAccounts
+    from lucid_hub.config import Settings
+    from lucid_hub.runtime import Runtime
+    from lucid_hub.web import create_app
+
+    with tempfile.TemporaryDirectory(prefix="lucid-bench-console-") as tmp:
+        settings = Settings.from_env({"LUCID_DATA_DIR": str(Path(tmp) / "data"), "LUCID_DEV_MODE": "true",
+                                      "LUCID_LOG_LEVEL": "WARNING"})
+        runtime = Runtime.open(settings)
+        try:
+            app = create_app(settings, runtime)
+            click.echo(f"== console pages, a graph of {patches:,} patches and {subscriptions:,} subscriptions, "
+                       f"{runs} renders each (in process)")
+            started = time.perf_counter()
+            ids = _seed(runtime, patches, subscriptions)
+            click.echo(f"  seeded in {time.perf_counter() - started:.1f} s")
+            AdminAccounts(runtime.db).create("bench", "bench password 1234")
+            client = app.test_client()
+            page = client.get("/admin/ui/login")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.get_data(as_text=True))
+            client.post("/admin/ui/login", data={"username": "bench", "password": "bench password 1234",
+                                                 **({"csrf": csrf.group(1)} if csrf else {})})
+            base, _, _ = _timed(client, "/healthz", runs)
+            click.echo(f"  baseline GET /healthz: p50 {base:.2f} ms")
+            graph = quote(GRAPH, safe="")
+            pages = {"overview": "/admin/ui/overview", "graphs": "/admin/ui/graphs",
+                     "graph (newest page)": f"/admin/ui/graph?graph={graph}",
+                     "graph (oldest page)": f"/admin/ui/graph?graph={graph}&before=60",
+                     "patch": f"/admin/ui/patch?id={quote(ids[patches // 2], safe='')}",
+                     "subscribers": "/admin/ui/subscriptions", "subscribers (last page)":
+                         f"/admin/ui/subscriptions?offset={max(0, subscriptions - 50)}",
+                     "mirrors": "/admin/ui/mirrors", "clients": "/admin/ui/clients"}
+            worst = 0.0
+            for name, path in pages.items():
+                p50, p95, status = _timed(client, path, runs)
+                worst = max(worst, p95)
+                if status != 200:
+                    raise click.ClickException(f"{name} answered {status}")
+                click.echo(f"  {name:26} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (x{p50 / base:,.0f} the baseline)")
+            verdict = "met" if worst <= GOAL_MS else "MISSED"
+            click.echo(f"  goal: every page <= {GOAL_MS:.0f} ms   {verdict} (slowest p95 {worst:.1f} ms)")
+        finally:
+            runtime.close()
