@@ -74,7 +74,7 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
     browser.find_element(By.ID, "username").send_keys("alice")
     browser.find_element(By.ID, "password").send_keys(PASSWORD)
     browser.find_element(By.ID, "sign-in").click()
-    assert browser.find_element(By.TAG_NAME, "h1").text == "Overview"  # back where it was going
+    assert shown(browser, "figure.chart") and browser.find_element(By.TAG_NAME, "h1").text == "Overview"  # back where it was going
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     pages = {"overview": "/admin/ui/overview", "graphs": "/admin/ui/graphs",
@@ -130,6 +130,8 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
     browser.get(f"{hub.url}/admin/ui/compare?graph={requests.utils.quote(G, safe='')}&from="
                 f"{requests.utils.quote(second, safe='')}&to={requests.utils.quote(first, safe='')}")
     assert "swap them" in browser.find_element(By.TAG_NAME, "body").text  # 400, with the reason
+    logged = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert len(logged) == 1 and "400" in logged[0]  # that answer, and nothing else failed
     browser.get(f"{hub.url}/admin/ui/patch?id={requests.utils.quote(first, safe='')}")
     raw = browser.find_element(By.LINK_TEXT, "raw RDF Patch").get_attribute("href")
     browser.get(raw)
@@ -175,6 +177,7 @@ def shown(browser: Any, css: str) -> str:
 def sign_in(browser: Any, hub: RunningHub) -> None:
     from selenium.webdriver.common.by import By
 
+    browser.get_log("browser")  # (what an earlier test left in the log)
     browser.get(f"{hub.url}/admin/ui/login")
     browser.find_element(By.ID, "username").send_keys("alice")
     browser.find_element(By.ID, "password").send_keys(PASSWORD)
