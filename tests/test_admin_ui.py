@@ -34,8 +34,9 @@ def _chromium() -> tuple[str, str]:
     return browser, driver
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def headless_chromium(*, browser_log: bool = False) -> Any:
+    """A selenium driver of headless Chromium; `browser_log`: the page's failed loads and
+    console errors readable with get_log("browser")."""
     pytest.importorskip("selenium", reason="selenium is not installed: pip install -e '.[test]'")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -45,9 +46,16 @@ def browser() -> Iterator[Any]:
     options.binary_location = binary
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"):
+                 "--disable-dev-shm-usage", "--hide-scrollbars"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    if browser_log:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    driver = headless_chromium()
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()

@@ -16,7 +16,7 @@ import requests
 
 from tests.conftest import ADMIN_PASSWORD as PASSWORD
 from tests.conftest import RunningHub
-from tests.test_admin_ui import _chromium
+from tests.test_admin_ui import headless_chromium
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "console"
 G = "http://example.org/graphs/orders"
@@ -26,18 +26,7 @@ SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    pytest.importorskip("selenium", reason="selenium is not installed: pip install -e '.[test]'")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = _chromium()
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # failed loads are logged as SEVERE
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver = headless_chromium(browser_log=True)  # failed loads are logged as SEVERE
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
