@@ -380,3 +380,49 @@ def test_bench_console_runs(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert "goal: every page <= 300 ms" in result.out and "subscribers (last page)" in result.out
     bad = run_cli("bench", "console", "--runs", "0")
     assert bad.code == 1 and "must be positive" in bad.err
+
+
+def signed_in(hub: RunningHub) -> requests.Session:
+    """An admin's browser session over plain HTTP (sign-in form with its CSRF token)."""
+    admin = requests.Session()
+    admin.trust_env = False
+    page = admin.get(f"{hub.url}/admin/ui/login", timeout=30)
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    answer = admin.post(f"{hub.url}/admin/ui/login", data={"username": "alice", "password": PASSWORD,
+                                                            **({"csrf": token.group(1)} if token else {})}, timeout=30)
+    assert answer.status_code == 200
+    return admin
+
+
+def test_the_overview_names_failing_rules_an_old_signing_key_and_subscribers_behind(
+        ui_hub: RunningHub, callback: Any) -> None:
+    import os
+    import time
+    from datetime import UTC, datetime
+
+    from lucid_hub.db.models import RuleFiring
+    from tests.test_websub import active, publish, subscribed
+
+    hub = ui_hub
+    admin = signed_in(hub)
+    calm = admin.get(f"{hub.url}/admin/ui/overview", timeout=30).text
+    assert "Nothing: every subscription delivers" in calm
+    with hub.runtime.db.session() as session:
+        session.add(RuleFiring(rule="urn:rule:restock", trigger="insert", graph=G, coupling="deferred", depth=0,
+                               instances=1, kept=0, outcome="failed", reason="webhook answered 500", patches="",
+                               attempts=5, fired_at=datetime.now(UTC)))
+    key = hub.runtime.keys.active_path
+    old = time.time() - 400 * 86400
+    os.utime(key, (old, old))
+    subscribed(hub, callback)
+    callback.statuses = [503] * 50  # the subscriber's callback fails from now on
+    publish(hub, "2")
+    callback.wait(lambda: len(callback.statuses) < 50)
+    page = admin.get(f"{hub.url}/admin/ui/overview", timeout=30).text
+    assert "Rule failing" in page and "urn:rule:restock: 1 of its recent firings failed" in page
+    assert "Signing key due for rotation" in page and "in use for 400 days" in page
+    subscribers = admin.get(f"{hub.url}/admin/ui/subscriptions", timeout=30).text
+    (sid,) = [s["id"] for s in hub.runtime.hub.subscriptions()]
+    row = subscribers[subscribers.index(f'data-id="{sid}"'):]
+    assert "1 patches" in row[:2000] and re.search(r"for \d+ s", row[:2000]), row[:2000]
+    assert active(hub)  # still active: retrying

@@ -20,6 +20,7 @@ from sqlalchemy.orm import defer
 
 from lucid_hub.db.models import Graph, LogEntry, Mirror, Outbox, PatchRecord, PendingReaction
 from lucid_hub.db.session import Database
+from lucid_hub.db.times import aware
 from lucid_hub.errors import ConflictError, NotFoundError, StoreError
 
 # A condition on a graph's version (its head; None before its first patch) for a change to
@@ -218,6 +219,13 @@ class Archive:
                     raise StoreError(f"store holds <{graph}> at {version}, which the archive does not know")
                 query = query.where(PatchRecord.seq > mark.seq)
             return list(session.scalars(query.order_by(PatchRecord.seq)))
+
+    def created_at(self, graph: str, seq: int) -> datetime | None:
+        """When the patch at chain position `seq` of `graph` was made (None past the chain)."""
+        with self.db.session() as session:
+            created = session.scalar(select(PatchRecord.created).where(PatchRecord.graph == graph,
+                                                                         PatchRecord.seq == seq))
+            return aware(created) if created is not None else None
 
     def chain_records(self, graph: str, after: int, until: int) -> list[PatchRecord]:
         """The graph's patches at chain positions after `after` up to `until`, in order."""

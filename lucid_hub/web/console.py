@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pyoxigraph as ox
@@ -35,6 +36,8 @@ from lucid_hub.web.http import runtime
 PAGE = 50  # patches or graphs a page
 FOLD = 160  # literals longer than this are folded
 LAGGING = 100  # a subscription or mirror this many patches behind needs attention
+KEY_AGE_DAYS = 365  # a signing key older than this is named for rotation (docs/operations.md, Key rotation)
+RULE_FIRINGS = 200  # the newest rule firings the overview looks at for failures
 
 
 @dataclass
@@ -69,6 +72,14 @@ def _figures(total_graphs: int, mirrors: list[dict[str, Any]], subscriptions: li
     return {"published": total_graphs - len(mirrors), "mirrored": len(mirrors), "subscriptions": states(subscriptions),
             "mirror_states": states(mirrors), "failures": sum(int(s["failures"]) for s in subscriptions),
             "day_total": sum(day.values()), "week_total": sum(week.values())}
+
+
+def key_age_days(path: Path) -> int:
+    """Days since the active signing key was written (its file's time)."""
+    try:
+        return int((time.time() - path.stat().st_mtime) // 86400)
+    except OSError:
+        return 0
 
 
 def _windows() -> tuple[datetime, datetime, dict[datetime, int], dict[datetime, int]]:
@@ -136,6 +147,14 @@ def overview() -> Any:
                               f"graph?graph={m['graph']}"))
         if m["state"] not in ("active",):
             attention.append((f"Mirror {m['state']}", f"{m['graph']} from {m['hub']}", f"graph?graph={m['graph']}"))
+    failing = Counter(f["rule"] for f in hub.rules.history(limit=RULE_FIRINGS)
+                      if f["outcome"] in ("failed", "rolled-back"))
+    for rule, count in sorted(failing.items()):
+        attention.append(("Rule failing", f"{rule}: {count} of its recent firings failed (lucid-hub rules show)", ""))
+    age = key_age_days(hub.keys.active_path)
+    if age >= KEY_AGE_DAYS:
+        attention.append(("Signing key due for rotation", f"in use for {age} days (lucid-hub keys rotate)",
+                          "/.well-known/jwks.json"))
     return render_template(
         "overview.html", graphs=graphs, total_graphs=total_graphs, attention=attention,
         day=_bars(day, day_start, timedelta(hours=1), 24, "%H:00"),
@@ -256,10 +275,25 @@ def subscriptions_page() -> Any:
     """Every subscription to our graphs (partners' mirrors of them among them), a page at a
     time, the failing and lagging ones first."""
     offset = _number("offset", 0)
-    rows = sorted(runtime().hub.subscriptions(),
+    hub = runtime()
+    rows = sorted(hub.hub.subscriptions(),
                   key=lambda s: (s["state"] != "failed", -int(s["lag"]), s["graph"], s["callback"]))
-    return render_template("subscriptions.html", subscriptions=rows[offset:offset + PAGE], total=len(rows),
-                           offset=offset, page=PAGE, message=request.args.get("message"))
+    page = rows[offset:offset + PAGE]
+    now = datetime.now(UTC)
+    for s in page:  # behind in time: since the oldest patch not yet delivered was made
+        oldest = hub.archive.created_at(s["graph"], hub.archive.length(s["graph"]) - int(s["lag"]) + 1) \
+            if s["lag"] else None
+        s["behind_for"] = _duration(now - oldest) if oldest else ""
+    return render_template("subscriptions.html", subscriptions=page, total=len(rows), offset=offset, page=PAGE,
+                           message=request.args.get("message"))
+
+
+def _duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
 
 
 ACTIONS = {"redeliver": "Deliver again", "cancel": "Cancel the subscription"}
