@@ -426,3 +426,21 @@ def test_the_overview_names_failing_rules_an_old_signing_key_and_subscribers_beh
     row = subscribers[subscribers.index(f'data-id="{sid}"'):]
     assert "1 patches" in row[:2000] and re.search(r"for \d+ s", row[:2000]), row[:2000]
     assert active(hub)  # still active: retrying
+
+
+def test_deliveries_per_minute_are_measured_live(browser: Any, ui_hub: RunningHub, callback: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.test_websub import publish, subscribed
+
+    hub = ui_hub
+    subscribed(hub, callback)
+    sign_in(browser, hub)
+    browser.get(f"{hub.url}/admin/ui/overview")
+    rate = browser.find_element(By.CSS_SELECTOR, '[data-figure="deliveries_per_minute"]')
+    WebDriverWait(browser, 30).until(lambda _b: rate.text.isdigit())  # a second update measured a rate
+    for value in ("2", "3", "4"):
+        publish(hub, value)
+    callback.wait(lambda: len(callback.deliveries) == 3)
+    WebDriverWait(browser, 30).until(lambda _b: rate.text.isdigit() and int(rate.text) > 0)

@@ -94,18 +94,28 @@ def _windows() -> tuple[datetime, datetime, dict[datetime, int], dict[datetime, 
 # and the least time between two updates of one stream (a burst of patches is one update).
 LIVE_SECONDS = 300.0
 LIVE_EVERY = 1.0
+LIVE_IDLE = 5.0  # seconds between updates while the archive does not change
 
 
 @ui.get("/overview/events")
 def overview_events() -> Response:
     """The overview's figures as Server-Sent Events: one at once, then one after every change
-    of the archive (at most one a second), a comment every 15 s while nothing changes."""
+    of the archive (at most one a second) and every LIVE_IDLE seconds while nothing changes
+    (deliveries go on after the patches that caused them). Deliveries per minute are measured
+    between two updates of the stream (the subscriptions' delivered counts)."""
     hub = runtime()
     stream = hub.stream
+    last: list[tuple[float, int]] = []  # (monotonic time, deliveries so far) of the previous update
 
     def figures() -> str:
         _now, _start, day, week = _windows()
-        data = _figures(hub.archive.graph_page(0, 1)[1], list_mirrors(hub.db), hub.hub.subscriptions(), day, week)
+        subscriptions = hub.hub.subscriptions()
+        data = _figures(hub.archive.graph_page(0, 1)[1], list_mirrors(hub.db), subscriptions, day, week)
+        delivered, at = sum(int(s["delivered"]) for s in subscriptions), time.monotonic()
+        if last:
+            then, before = last[0]
+            data["deliveries_per_minute"] = round(max(0, delivered - before) * 60 / max(at - then, 1e-3))
+        last[:] = [(at, delivered)]
         return f"event: figures\ndata: {json.dumps(data)}\n\n"
 
     def events() -> Iterator[str]:
@@ -114,11 +124,7 @@ def overview_events() -> Response:
         yield figures()
         end = time.monotonic() + LIVE_SECONDS
         while time.monotonic() < end and not stream.ended:
-            now = stream.wait(generation, 15.0)
-            if now == generation:
-                yield ": keep-alive\n\n"
-                continue
-            generation = now
+            generation = stream.wait(generation, LIVE_IDLE)
             yield figures()
             time.sleep(LIVE_EVERY)  # (pacing the stream, not synchronising anything)
 
