@@ -110,8 +110,14 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
     assert '"SKU-1"' in nested and '"3"' in nested
     # Two versions compared: the graph's page links each older version to a comparison with now.
     browser.get(f"{hub.url}{pages['graph']}")
+    browser.find_element(By.ID, "compare").click()  # the picker: the oldest on the page with the newest
+    arrived(browser, "/admin/ui/compare")
+    assert browser.find_element(By.TAG_NAME, "h1").text.startswith("Compare two versions")
+    assert first in browser.page_source
+    browser.get(f"{hub.url}{pages['graph']}")
     browser.find_element(By.LINK_TEXT, "compare with now").click()
-    assert shown(browser, "h1").startswith("Compare two versions")
+    arrived(browser, "/admin/ui/compare")
+    assert browser.find_element(By.TAG_NAME, "h1").text.startswith("Compare two versions")
     (article,) = browser.find_elements(By.CSS_SELECTOR, "article.subject")
     assert '"open"' in article.find_element(By.CSS_SELECTOR, ".side.removed").text
     assert '"shipped"' in article.find_element(By.CSS_SELECTOR, ".side.added").text
@@ -154,6 +160,27 @@ def test_console_pages_need_an_admin_session_and_answer_bad_input_with_4xx(ui_hu
         assert answer.status_code == status and answer.text.strip(), (path, answer.status_code, answer.text[:200])
 
 
+def snapshot(browser: Any, name: str) -> None:
+    """Screenshots of the page at both sizes, which must fit their windows; axe-core clean."""
+    for size, (width, height) in SIZES.items():
+        browser.set_window_size(width, height)
+        browser.refresh()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / f"{name}-{size}.png"))
+        overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{name} is wider than a {width} px window by {overflow} px"
+    browser.set_window_size(*SIZES["desktop"])
+    browser.refresh()
+    assert axe_violations(browser) == []
+
+
+def arrived(browser: Any, path: str) -> None:
+    """Until the browser has navigated to `path` (a click's navigation is not immediate)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 15).until(lambda b: path in b.current_url)
+
+
 def shown(browser: Any, css: str) -> str:
     """The text of the element once the page that has it is loaded (a click posts, then navigates)."""
     from selenium.webdriver.common.by import By
@@ -189,8 +216,8 @@ def test_subscribers_redeliver_and_cancel_after_confirmation(browser: Any, ui_hu
     browser.get(f"{hub.url}/admin/ui/subscriptions")
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-id="{sid}"]')
     assert "active" in row.text and callback.url.split("?")[0] in row.text
-    browser.save_screenshot(str(ARTIFACTS / "subscriptions-desktop.png"))
-    assert axe_violations(browser) == []
+    snapshot(browser, "subscriptions")
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-id="{sid}"]')
 
     # Redeliver: a confirmation page first (a GET changes nothing), then the patch again.
     row.find_element(By.LINK_TEXT, "Redeliver").click()
@@ -284,13 +311,13 @@ def test_clients_are_created_with_the_secret_shown_once_and_deleted_after_confir
     browser.find_element(By.ID, "create-client").click()
     client_id, secret = shown(browser, "#new-client-id"), shown(browser, "#new-client-secret")
     assert client_id.startswith("lc-") and len(secret) >= 32
-    browser.save_screenshot(str(ARTIFACTS / "clients-desktop.png"))
     assert axe_violations(browser) == []
     token = requests.post(f"{hub.url}/oauth/token", data={"grant_type": "client_credentials"},
                           auth=(client_id, secret), timeout=30)
     assert token.status_code == 200  # the secret shown is the client's
     browser.get(f"{hub.url}/admin/ui/clients")
     assert secret not in browser.page_source and client_id in browser.page_source  # never shown again
+    snapshot(browser, "clients")
     record = hub.runtime.clients.get(client_id)
     assert record is not None and record.groups == ("partner-globex", "partners")
     assert record.scopes == ("graphs:read", "hub:subscribe")
@@ -298,7 +325,15 @@ def test_clients_are_created_with_the_secret_shown_once_and_deleted_after_confir
     browser.find_element(By.CSS_SELECTOR, f'tr[data-client="{client_id}"]').find_element(By.LINK_TEXT, "Delete").click()
     shown(browser, "#confirm")
     assert hub.runtime.clients.get(client_id) is not None  # asking changed nothing
-    browser.find_element(By.ID, "confirm").click()
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    for _ in range(30):  # with the keyboard alone: tab to the button, press Enter
+        if browser.switch_to.active_element.get_attribute("id") == "confirm":
+            break
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+    assert browser.switch_to.active_element.get_attribute("id") == "confirm"
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
     assert "deleted" in shown(browser, "[role=status]")
     assert hub.runtime.clients.get(client_id) is None
     assert requests.post(f"{hub.url}/oauth/token", data={"grant_type": "client_credentials"},
@@ -316,6 +351,9 @@ def test_client_forms_are_refused_without_a_csrf_token_and_bad_values_say_why(ui
                                                    **({"csrf": token.group(1)} if token else {})}, timeout=30)
     before = len(hub.runtime.clients.list())
     assert admin.post(f"{hub.url}/admin/ui/clients", data={"name": "x"}, timeout=30).status_code == 403
+    for action in ("mirrors/reverify", "mirrors/reclone", "mirrors/trust", "clients/delete", "subscriptions/act"):
+        refused = admin.post(f"{hub.url}/admin/ui/{action}", data={"id": "x"}, timeout=30)
+        assert refused.status_code == 403 and "CSRF" in refused.text, action  # every action needs the token
     csrf = re.search(r'name="csrf" value="([^"]+)"', admin.get(f"{hub.url}/admin/ui/clients", timeout=30).text)
     assert csrf is not None
     for form, reason in (({"name": ""}, "name"), ({"name": "x", "scopes": "root"}, "unknown scope"),
@@ -333,7 +371,7 @@ def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_
 
     from lucid_hub.auth.admins import AdminAccounts
     from tests.conftest import running_hub
-    from tests.test_mirror import DEV, _deliver, add_mirror, mirror, publish, version, wait
+    from tests.test_mirror import DEV, _deliver, add_mirror, canonical, mirror, publish, version, wait
 
     with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher, \
             running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
@@ -351,8 +389,8 @@ def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_
         card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
         assert "active" in card.text and publisher.url in card.text
         assert "not verified: patch bytes hash" in card.find_element(By.CSS_SELECTOR, "table").text  # why, per patch
-        browser.save_screenshot(str(ARTIFACTS / "mirrors-desktop.png"))
-        assert axe_violations(browser) == []
+        snapshot(browser, "mirrors")
+        card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
 
         second = publish(publisher, version(1))
         card.find_element(By.TAG_NAME, "button").click()  # verify again and catch up
@@ -371,6 +409,15 @@ def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_
         browser.find_element(By.ID, "confirm").click()
         assert "keys pinned" in shown(browser, "[role=status]")
         assert set(before) < set(mirror(partner)["keys"])  # the new key pinned beside the old one
+
+        # Clone again (confirmed): the copy is dropped and rebuilt from the publisher, verified.
+        browser.get(f"{partner.url}/admin/ui/mirrors")
+        browser.find_element(By.PARTIAL_LINK_TEXT, "Clone again").click()
+        shown(browser, "#confirm")
+        assert mirror(partner)["head"] == second  # asking changed nothing
+        browser.find_element(By.ID, "confirm").click()
+        assert "cloned again, 2 patches" in shown(browser, "[role=status]")
+        assert mirror(partner)["head"] == second and canonical(partner) == canonical(publisher)
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 

@@ -493,6 +493,16 @@ class MirrorService:
                          "after our head): a fork, or a patch of another chain")
         return False
 
+    def reclone(self, mirror_id: str) -> int:
+        """Drop the mirror's copy and clone the graph again from the publisher's archive (each
+        patch verified, the clone checked against the publisher's content); the number applied.
+        An admin's repair for a copy it no longer trusts."""
+        with self._lock(mirror_id):
+            row = self._row(mirror_id)
+            log.warning("mirror of <%s>: re-cloning on an administrator's request", row.graph)
+            self.forget(row.graph)
+            return self.catch_up(mirror_id, locked=True)
+
     def catch_up(self, mirror_id: str, locked: bool = False) -> int:
         """Fetch and apply, verified and in order, the patches after our head from the
         publisher's archive; the number applied. Re-clones when the publisher's archive

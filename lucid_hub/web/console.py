@@ -409,6 +409,20 @@ def reverify_mirror() -> Any:
                                                             "and applied"))
 
 
+@ui.get("/mirrors/reclone")
+def confirm_reclone() -> Any:
+    return render_template("confirm_reclone.html", mirror=_mirror(request.args.get("id", "")))
+
+
+@ui.post("/mirrors/reclone")
+def reclone_mirror() -> Any:
+    """Drop the mirror's copy and clone it again from the publisher (confirmed first)."""
+    mirror = _mirror(request.form.get("id", ""))
+    applied = runtime().mirrors.reclone(mirror["id"])
+    return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: cloned again, {applied} patches "
+                                                            "verified and applied"))
+
+
 @ui.get("/mirrors/trust")
 def confirm_trust() -> Any:
     """The keys to pin anew (a rotated publisher key), asked before it is done."""
