@@ -389,13 +389,19 @@ def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_
         card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
         assert "active" in card.text and publisher.url in card.text
         assert "not verified: patch bytes hash" in card.find_element(By.CSS_SELECTOR, "table").text  # why, per patch
+        assert card.find_element(By.CSS_SELECTOR, "[data-lag]").text == "up to date"  # asked of the publisher
+
+        publisher.runtime.delivery.stop()  # the publisher delivers no more: the mirror falls behind
+        second = publish(publisher, version(1))
+        browser.refresh()
+        card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
+        assert card.find_element(By.CSS_SELECTOR, "[data-lag]").text == "1 patches behind"
         snapshot(browser, "mirrors")
         card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
-
-        second = publish(publisher, version(1))
         card.find_element(By.TAG_NAME, "button").click()  # verify again and catch up
-        assert "verified and applied" in shown(browser, "[role=status]")
+        assert "1 patches verified and applied" in shown(browser, "[role=status]")
         assert mirror(partner)["head"] == second
+        assert browser.find_element(By.CSS_SELECTOR, "[data-lag]").text == "up to date"
 
         # Trust rotated keys: the publisher rotates its key; the admin pins its JWKS anew after a
         # confirmation page (the old key stays pinned beside the new one).

@@ -493,6 +493,15 @@ class MirrorService:
                          "after our head): a fork, or a patch of another chain")
         return False
 
+    def publisher_lag(self, mirror_id: str) -> tuple[int, bool]:
+        """How far the mirror is behind its publisher, asked of the publisher: the patches its
+        archive holds after our head, as (count on the first page, more pages after it).
+        Raises what asking raises (the publisher down, access withdrawn)."""
+        row = self._row(mirror_id)
+        first = next(self._publisher(row).archive_pages(row.graph, self._head(row.graph)), {})
+        patches = first.get("patches")
+        return (len(patches) if isinstance(patches, list) else 0), bool(first.get("next"))
+
     def reclone(self, mirror_id: str) -> int:
         """Drop the mirror's copy and clone the graph again from the publisher's archive (each
         patch verified, the clone checked against the publisher's content); the number applied.

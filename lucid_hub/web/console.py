@@ -10,6 +10,7 @@ by subject, blank-node structures nested, long literals folded — with its sign
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 from collections import Counter, defaultdict
@@ -388,8 +389,31 @@ def mirrors_page() -> Any:
     hub = runtime()
     mirrors = list_mirrors(hub.db)
     quarantine = {m["id"]: hub.mirrors.quarantined(m["id"])[:PAGE] for m in mirrors if m["quarantined"]}
-    return render_template("mirrors.html", mirrors=mirrors, quarantine=quarantine,
+    return render_template("mirrors.html", mirrors=mirrors, quarantine=quarantine, lag=_lags(mirrors),
                            message=request.args.get("message"))
+
+
+# Seconds the mirrors page waits for the publishers to say how far behind each mirror is.
+LAG_WAIT = 2.0
+_asking = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-lag")
+
+
+def _lags(mirrors: list[dict[str, Any]]) -> dict[str, str]:
+    """Each mirror's lag behind its publisher in words, asked of the publishers at once; what
+    does not answer within LAG_WAIT (or refuses) says so instead of holding the page."""
+    service = runtime().mirrors
+    asked = {m["id"]: _asking.submit(service.publisher_lag, m["id"]) for m in mirrors if m["state"] == "active"}
+    done, _ = concurrent.futures.wait(asked.values(), timeout=LAG_WAIT)
+    out = {}
+    for mirror_id, future in asked.items():
+        if future not in done:
+            out[mirror_id] = "unknown: the publisher did not answer in time"
+        elif future.exception() is not None:
+            out[mirror_id] = f"unknown: {future.exception()}"[:300]
+        else:
+            count, more = future.result()
+            out[mirror_id] = "up to date" if count == 0 else f"{count}{'+' if more else ''} patches behind"
+    return out
 
 
 def _mirror(mirror_id: str) -> dict[str, Any]:
