@@ -168,7 +168,8 @@ def trust_mirror(db: Database, mirror: str, source: str, *, policy: AddressPolic
 
 def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from: str | None = None) -> dict[str, Any]:
     """What lists and the admin API show of a mirror (never its secrets)."""
-    out = {"id": row.id, "graph": row.graph, "hub": row.hub_url, "client_id": row.client_id, "state": row.state,
+    out = {"id": row.id, "graph": row.graph, "hub": row.hub_url, "publisher": row.publisher_url,
+           "client_id": row.client_id, "state": row.state,
            "head": head, "length": length, "lease_expires_at": iso(row.lease_expires_at),
            "applied": row.applied_total, "quarantined": row.quarantined_total,
            "hmac_failures": row.hmac_failures_total, "last_error": row.last_error,

@@ -14,7 +14,7 @@ import concurrent.futures
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -423,14 +423,19 @@ def _mirror(mirror_id: str) -> dict[str, Any]:
     return found
 
 
+def _mirror_action(act: Callable[[str], int], done: str) -> Any:
+    """Carry out an action on the mirror the form names; back to the mirrors with `done`
+    (formatted with the patches applied)."""
+    mirror = _mirror(request.form.get("id", ""))
+    applied = act(mirror["id"])
+    return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: {done.format(applied)}"))
+
+
 @ui.post("/mirrors/reverify")
 def reverify_mirror() -> Any:
     """Fetch and verify again what the mirror lacks (after a partner fixed its side, or keys
     were trusted anew): patches that verify now are applied, in order."""
-    mirror = _mirror(request.form.get("id", ""))
-    applied = runtime().mirrors.catch_up(mirror["id"])
-    return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: {applied} patches verified "
-                                                            "and applied"))
+    return _mirror_action(runtime().mirrors.catch_up, "{} patches verified and applied")
 
 
 @ui.get("/mirrors/reclone")
@@ -441,17 +446,14 @@ def confirm_reclone() -> Any:
 @ui.post("/mirrors/reclone")
 def reclone_mirror() -> Any:
     """Drop the mirror's copy and clone it again from the publisher (confirmed first)."""
-    mirror = _mirror(request.form.get("id", ""))
-    applied = runtime().mirrors.reclone(mirror["id"])
-    return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: cloned again, {applied} patches "
-                                                            "verified and applied"))
+    return _mirror_action(runtime().mirrors.reclone, "cloned again, {} patches verified and applied")
 
 
 @ui.get("/mirrors/trust")
 def confirm_trust() -> Any:
     """The keys to pin anew (a rotated publisher key), asked before it is done."""
     mirror = _mirror(request.args.get("id", ""))
-    default = mirror["hub"].rsplit("/hub", 1)[0] + "/.well-known/jwks.json"
+    default = mirror["publisher"].rstrip("/") + "/.well-known/jwks.json"
     return render_template("confirm_trust.html", mirror=mirror, jwks=request.args.get("jwks") or default)
 
 
