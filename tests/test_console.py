@@ -87,7 +87,7 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
     # The overview counts what is there; the graph's history lists both patches, newest first.
     browser.get(f"{hub.url}{pages['overview']}")
     assert "Graphs published" in browser.page_source and G in browser.page_source
-    chart = browser.find_element(By.CSS_SELECTOR, "figure.chart svg")
+    chart = browser.find_element(By.CSS_SELECTOR, 'svg[data-chart="day"]')
     archived = sum(g.length for g in hub.runtime.archive.graphs())  # all of them made in the last minutes
     assert chart.get_attribute("aria-label").endswith(f": {archived} patches") and archived >= 2
     browser.get(f"{hub.url}{pages['graph']}")
@@ -368,6 +368,7 @@ def test_client_forms_are_refused_without_a_csrf_token_and_bad_values_say_why(ui
 def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_confirmation(
         browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     from lucid_hub.auth.admins import AdminAccounts
     from tests.conftest import running_hub
@@ -391,11 +392,13 @@ def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_
         assert "not verified: patch bytes hash" in card.find_element(By.CSS_SELECTOR, "table").text  # why, per patch
         assert card.find_element(By.CSS_SELECTOR, "[data-lag]").text == "up to date"  # asked of the publisher
 
+        WebDriverWait(browser, 15).until(lambda b: b.find_element(By.CSS_SELECTOR, "[data-live-state]").text == "live")
+        browser.execute_script("window.notReloaded = true;")
         publisher.runtime.delivery.stop()  # the publisher delivers no more: the mirror falls behind
         second = publish(publisher, version(1))
-        browser.refresh()
-        card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
-        assert card.find_element(By.CSS_SELECTOR, "[data-lag]").text == "1 patches behind"
+        lag = card.find_element(By.CSS_SELECTOR, "[data-lag]")
+        WebDriverWait(browser, 30).until(lambda _b: lag.text == "1 patches behind")  # live, no reload
+        assert browser.execute_script("return window.notReloaded === true;")
         snapshot(browser, "mirrors")
         card = browser.find_element(By.CSS_SELECTOR, f'article[data-mirror="{mirror(partner)["id"]}"]')
         card.find_element(By.TAG_NAME, "button").click()  # verify again and catch up
@@ -497,3 +500,203 @@ def test_deliveries_per_minute_are_measured_live(browser: Any, ui_hub: RunningHu
         publish(hub, value)
     callback.wait(lambda: len(callback.deliveries) == 3)
     WebDriverWait(browser, 30).until(lambda _b: rate.text.isdigit() and int(rate.text) > 0)
+
+
+def test_deliveries_are_counted_in_one_row_a_minute_by_every_process_and_a_day_is_kept(db_url: str) -> None:
+    import threading
+    from datetime import UTC, datetime, timedelta
+
+    from lucid_hub.db.session import Database
+    from lucid_hub.delivery.deliverer import count_deliveries, deliveries_by_minute
+
+    db = Database(db_url)
+    db.upgrade()
+    minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    old = minute - timedelta(days=2)
+    with db.write() as conn:
+        count_deliveries(db, conn, old, 7, 0)
+        count_deliveries(db, conn, minute - timedelta(minutes=1), 3, 1)
+
+    def recorder() -> None:  # as the recorders of several delivering processes, at once
+        for _ in range(25):
+            with db.write() as conn:
+                count_deliveries(db, conn, minute, 2, 1)
+
+    threads = [threading.Thread(target=recorder) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert deliveries_by_minute(db, old) == {old: (7, 0), minute - timedelta(minutes=1): (3, 1), minute: (200, 100)}
+    with db.write() as conn:
+        count_deliveries(db, conn, minute, 0, 0, prune=True)  # nothing to add: only the pruning
+    assert deliveries_by_minute(db, old) == {minute - timedelta(minutes=1): (3, 1), minute: (200, 100)}
+    db.engine.dispose()
+
+
+def test_live_streams_need_a_session_and_refuse_bad_input(ui_hub: RunningHub) -> None:
+    hub = ui_hub
+    plain = requests.Session()
+    plain.trust_env = False
+    for path in ("overview/events", f"graph/events?graph={G}", "subscriptions/events?ids=1", "mirrors/events"):
+        answer = plain.get(f"{hub.url}/admin/ui/{path}", allow_redirects=False, timeout=30)
+        assert answer.status_code == 302 and "/admin/ui/login" in answer.headers["Location"], path
+    admin = signed_in(hub)
+    bad = {f"graph/events?graph={G}/none": (404, "unknown graph"), f"graph/events?graph={G}&seen=x": (400, "seen"),
+           "subscriptions/events?ids=1,x": (400, "ids"), "subscriptions/events?ids=" + ",".join(map(str, range(51))):
+           (400, "at most 50"), "subscriptions/events?ids=" + "9" * 13: (400, "ids")}
+    for path, (status, reason) in bad.items():
+        answer = admin.get(f"{hub.url}/admin/ui/{path}", timeout=30)
+        assert answer.status_code == status and reason in answer.text, (path, answer.status_code, answer.text[:200])
+
+
+def test_a_subscribers_lag_a_graphs_version_and_the_charts_move_live(
+        browser: Any, ui_hub: RunningHub, callback: Any) -> None:
+    """Each page's moving figures follow its stream, with no reload (a mark set on the page's
+    window stays): the subscribers' lag, failures and recovery; a graph's version, length and
+    subscriber; the overview's charts of patches and of deliveries a minute."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from lucid_hub.db.models import Subscription
+    from tests.test_websub import G as KPI
+    from tests.test_websub import publish, subscribed
+
+    hub = ui_hub
+    subscribed(hub, callback)
+    publish(hub, "2")
+    callback.wait(lambda: len(callback.deliveries) == 1)
+    (sid,) = [s["id"] for s in hub.runtime.hub.subscriptions()]
+    sign_in(browser, hub)
+    browser.set_window_size(*SIZES["desktop"])
+
+    def opened(path: str) -> None:
+        browser.get(f"{hub.url}/admin/ui/{path}")
+        WebDriverWait(browser, 15).until(lambda b: b.find_element(By.CSS_SELECTOR, "[data-live-state]").text == "live")
+        browser.execute_script("window.notReloaded = true;")
+
+    def figure(name: str) -> Any:
+        return browser.find_element(By.CSS_SELECTOR, f'[data-figure="{name}"]')
+
+    def until(check: Any) -> None:
+        WebDriverWait(browser, 30).until(lambda _b: check())
+        assert browser.execute_script("return window.notReloaded === true;")
+
+    # Subscribers: the callback fails, the lag and failures grow; it recovers, the lag is gone.
+    opened("subscriptions")
+    assert figure(f"s{sid}.lag").text == "0 patches" and "bad" not in figure(f"s{sid}.state").get_attribute("class")
+    callback.statuses = [503] * 1000
+    publish(hub, "3")
+    until(lambda: figure(f"s{sid}.lag").text == "1 patches" and int(figure(f"s{sid}.failures").text) >= 1)
+    until(lambda: "503" in figure(f"s{sid}.error").text and figure(f"s{sid}.behind").text.startswith("for "))
+    with hub.runtime.db.session() as session:  # (as after its last attempt: failed)
+        session.get(Subscription, sid).state = "failed"
+    until(lambda: figure(f"s{sid}.state").text == "failed" and "bad" in figure(f"s{sid}.state").get_attribute("class"))
+    callback.statuses = []
+    hub.runtime.delivery.redeliver(sid, None)  # (reactivates it)
+    until(lambda: figure(f"s{sid}.lag").text == "0 patches" and figure(f"s{sid}.behind").text == "")
+    until(lambda: figure(f"s{sid}.state").text == "active" and "bad" not in figure(f"s{sid}.state").get_attribute("class"))
+    callback.wait(lambda: len(callback.deliveries) == 2)
+
+    # A graph: its version, length and subscriber's row move; newer patches are announced.
+    opened(f"graph?graph={requests.utils.quote(KPI, safe='')}")
+    length = int(figure("length").text)
+    assert figure("newer").text == ""
+    newest = publish(hub, "4")
+    until(lambda: figure("head").text == newest and int(figure("length").text) == length + 1)
+    until(lambda: figure("newer").text.startswith("1 patches since this page was loaded"))
+    callback.wait(lambda: len(callback.deliveries) == 3)
+    until(lambda: figure(f"s{sid}.lag").text == "0 patches" and figure(f"s{sid}.last").text != "never")
+
+    # The overview: the patches chart's current hour and the deliveries chart redraw.
+    opened("overview")
+
+    def bar_titles(chart: str) -> list[str]:
+        return [str(t.get_attribute("textContent"))
+                for t in browser.find_elements(By.CSS_SELECTOR, f'svg[data-chart="{chart}"] rect title')]
+
+    def delivered() -> int:
+        return sum(int(m.group(1)) for t in bar_titles("deliveries") if (m := re.search(r": (\d+) delivered", t)))
+
+    hour, before = bar_titles("day")[-1], delivered()
+    assert before >= 3 and len(bar_titles("deliveries")) == 60  # (every delivery so far, this last hour)
+    publish(hub, "5")
+    callback.wait(lambda: len(callback.deliveries) == 4)
+    count = int(hour.split(": ")[1])
+    until(lambda: bar_titles("day")[-1] == f"{hour.split(': ')[0]}: {count + 1}" or
+          bar_titles("day")[-1].endswith(": 1"))  # (or the hour turned meanwhile)
+    until(lambda: delivered() == before + 1)
+    heights = [float(r.get_attribute("height")) for r in browser.find_elements(
+        By.CSS_SELECTOR, 'svg[data-chart="deliveries"] rect')]
+    assert max(heights) == 40.0 and figure("deliveries_total").text == str(before + 1)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_subscribers_are_listed_worst_first_a_page_at_a_time_counted_by_state_and_by_graph(
+        ui_hub: RunningHub) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from lucid_hub.db.models import Subscription
+
+    hub = ui_hub
+    for i in range(3):
+        answer = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, headers=NT, timeout=30,
+                              data=f'<http://example.org/po/1> <http://example.org/n> "{i}" .\n'.encode())
+        assert answer.status_code in (200, 201)
+    now = datetime.now(UTC)
+    # (state, delivered_seq, failures): lags 3, 0, 1, 2 and a failed one that is up to date
+    rows = [("active", 0, 1), ("active", 3, 0), ("active", 2, 4), ("active", 1, 0), ("failed", 3, 9)]
+    with hub.runtime.db.session() as session:
+        session.add_all([Subscription(
+            graph=G, callback=f"https://partner{n}.example/cb", account=f"p{n}", endpoint_id=f"lc-{n}",
+            groups="partners", secret="s" if n % 2 else None, media_type="application/rdf-patch", state=state,
+            lease_expires_at=now + timedelta(days=1), delivered_seq=seq, attempts=0, next_attempt_at=now,
+            last_error="", delivered_total=seq, failures_total=failures, created_at=now)
+            for n, (state, seq, failures) in enumerate(rows)])
+    listed = hub.runtime.hub.subscriptions(worst_first=True)
+    assert [(s["callback"].split(".")[0][8:], s["lag"]) for s in listed] == [
+        ("partner4", 0), ("partner0", 3), ("partner3", 2), ("partner2", 1), ("partner1", 0)]
+    assert [s["signed"] for s in hub.runtime.hub.subscriptions()] == [False, True, False, True, False]
+    page = hub.runtime.hub.subscriptions(worst_first=True, offset=1, limit=2)
+    assert [s["id"] for s in page] == [s["id"] for s in listed[1:3]]
+    assert hub.runtime.hub.count(graph=G) == 5 and hub.runtime.hub.count(graph=f"{G}/other") == 0
+    assert hub.runtime.hub.states() == ({"active": 4, "failed": 1}, 14)
+    admin = signed_in(hub)
+    only = admin.get(f"{hub.url}/admin/ui/subscriptions", params={"graph": G}, timeout=30).text
+    assert only.count("<tr data-id=") == 5 and re.search(rf'subscriptions to <a href="graph\?graph=[^"]+">{G}</a>', only)
+    assert admin.get(f"{hub.url}/admin/ui/subscriptions", params={"graph": f"{G}/other"},
+                     timeout=30).text.count("<tr data-id=") == 0
+    overview = admin.get(f"{hub.url}/admin/ui/overview", timeout=30).text
+    assert '<dd data-figure="subscriptions">4 active, 1 failed</dd>' in overview
+    assert '<dd data-figure="failures">14</dd>' in overview
+
+
+def test_live_streams_hold_at_most_half_the_request_threads_and_free_them_when_a_page_closes(
+        tmp_path: Path) -> None:
+    import time
+
+    from lucid_hub.auth.admins import AdminAccounts
+    from tests.conftest import running_hub
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'ui.db'}",
+                     {"LUCID_DEV_MODE": "true", "LUCID_WEB_THREADS": "3"}) as hub:  # one slot (3 // 2)
+        AdminAccounts(hub.runtime.db).create("alice", PASSWORD)
+        admin = signed_in(hub)
+        first = admin.get(f"{hub.url}/admin/ui/overview/events", stream=True, timeout=30)
+        lines = first.iter_lines()  # (kept: a reader dropped would close the connection)
+        assert first.status_code == 200 and next(lines) == b"retry: 2000"
+        started = time.monotonic()
+        refused = admin.get(f"{hub.url}/admin/ui/mirrors/events", stream=True, timeout=30)
+        assert refused.status_code == 503 and "every live slot" in refused.text
+        assert time.monotonic() - started >= 2.5  # it waited for a slot first
+        assert refused.headers["Retry-After"] == "30"
+        assert admin.get(f"{hub.url}/admin/ui/overview", timeout=30).status_code == 200  # pages are served
+        first.close()  # the page is closed: its slot comes back at the stream's next write
+        deadline = time.monotonic() + 15
+        while True:
+            again = admin.get(f"{hub.url}/admin/ui/mirrors/events", stream=True, timeout=30)
+            if again.status_code == 200 or time.monotonic() > deadline:
+                break
+            again.close()
+        assert again.status_code == 200
+        again.close()

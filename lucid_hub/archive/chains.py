@@ -220,12 +220,19 @@ class Archive:
                 query = query.where(PatchRecord.seq > mark.seq)
             return list(session.scalars(query.order_by(PatchRecord.seq)))
 
-    def created_at(self, graph: str, seq: int) -> datetime | None:
-        """When the patch at chain position `seq` of `graph` was made (None past the chain)."""
-        with self.db.session() as session:
-            created = session.scalar(select(PatchRecord.created).where(PatchRecord.graph == graph,
-                                                                         PatchRecord.seq == seq))
-            return aware(created) if created is not None else None
+    def created_times(self, positions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], datetime]:
+        """When the patches at these (graph, chain position) were made: one statement a graph;
+        positions past a chain are left out."""
+        wanted: dict[str, set[int]] = {}
+        for graph, seq in positions:
+            wanted.setdefault(graph, set()).add(seq)
+        out: dict[tuple[str, int], datetime] = {}
+        with self.db.engine.connect() as conn:
+            for graph, seqs in wanted.items():
+                rows = conn.execute(select(PatchRecord.seq, PatchRecord.created).where(
+                    PatchRecord.graph == graph, PatchRecord.seq.in_(sorted(seqs))))
+                out |= {(graph, seq): aware(created) for seq, created in rows}
+        return out
 
     def chain_records(self, graph: str, after: int, until: int) -> list[PatchRecord]:
         """The graph's patches at chain positions after `after` up to `until`, in order."""

@@ -393,3 +393,15 @@ class Lease(Base):
     holder: Mapped[str] = mapped_column(String(200))
     epoch: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[float] = mapped_column(Float)
+
+
+class DeliveryMinute(Base):
+    """Deliveries a minute (UTC, truncated), as the consoles' chart shows them: patches the
+    callbacks acknowledged and attempts that failed, added to by every delivering process in
+    the transaction that records its outcomes; a day is kept (lucid_hub.delivery.deliverer)."""
+
+    __tablename__ = "delivery_minutes"
+
+    minute: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    delivered: Mapped[int] = mapped_column(BigInteger)
+    failed: Mapped[int] = mapped_column(BigInteger)

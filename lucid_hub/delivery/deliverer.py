@@ -21,15 +21,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, bindparam, case, delete, or_, select, update
+from sqlalchemy import Connection, Table, bindparam, case, delete, or_, select, update
 
 from lucid_hub import resources
 from lucid_hub.archive import Archive, ChainLink
 from lucid_hub.config import Settings
-from lucid_hub.db.models import Subscription
+from lucid_hub.db.models import DeliveryMinute, Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import aware, now
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
@@ -51,6 +51,8 @@ BATCH = 100  # patches one subscription gets in a row before others have their t
 CANDIDATES = 1000  # due subscriptions a round considers (those it cannot start wait for the next)
 # The delivery path uses SQLAlchemy Core on the tables (no ORM identity map per delivery).
 SUBS = cast(Table, Subscription.__table__)
+MINUTES = cast(Table, DeliveryMinute.__table__)
+MINUTES_KEPT = timedelta(days=1)  # deliveries a minute are kept this long (the console's chart)
 
 
 
@@ -92,6 +94,7 @@ class _Recorder:
         self._pending: list[_Outcome] = []
         self._cond = threading.Condition()
         self._stopping = False
+        self._pruned: datetime | None = None  # the minute this recorder last dropped old minutes
         self._thread = threading.Thread(target=self._run, name="websub-record", daemon=True)
         self._thread.start()
 
@@ -162,6 +165,42 @@ class _Recorder:
             if release:
                 conn.execute(update(SUBS).where(s.id == bindparam("b_sid"), mine).values(
                     claimed_by=None, claimed_until=None), release)
+            minute = at.replace(second=0, microsecond=0)
+            count_deliveries(self.hub.db, conn, minute, sum(a["b_n"] for a in advanced),
+                             sum(o.error is not None for o in batch), prune=self._pruned != minute)
+            self._pruned = minute
+
+
+def count_deliveries(db: Database, conn: Connection, minute: datetime, delivered: int, failed: int, *,
+                     prune: bool = False) -> None:
+    """Add deliveries to their minute's row (every delivering process adds to the same row, in
+    the transaction that records them); `prune` drops minutes older than MINUTES_KEPT."""
+    if delivered or failed:
+        conn.execute(_count_statement(db), {"m": minute, "d": delivered, "f": failed})
+    if prune:
+        conn.execute(delete(MINUTES).where(MINUTES.c.minute < minute - MINUTES_KEPT))
+
+
+_COUNT_STATEMENTS: dict[str, Any] = {}
+
+
+def _count_statement(db: Database) -> Any:
+    """The minute's upsert, built once a dialect (built anew each time it cost 0.5 ms on SQLite,
+    six times the statement's own work)."""
+    name = db.engine.dialect.name
+    if name not in _COUNT_STATEMENTS:
+        added = db.insert(MINUTES).values(minute=bindparam("m"), delivered=bindparam("d"), failed=bindparam("f"))
+        _COUNT_STATEMENTS[name] = added.on_conflict_do_update(index_elements=[MINUTES.c.minute], set_={
+            "delivered": MINUTES.c.delivered + added.excluded.delivered,
+            "failed": MINUTES.c.failed + added.excluded.failed})
+    return _COUNT_STATEMENTS[name]
+
+
+def deliveries_by_minute(db: Database, since: datetime) -> dict[datetime, tuple[int, int]]:
+    """(delivered, failed) of each minute from `since` on that had any (UTC, aware)."""
+    with db.engine.connect() as conn:
+        rows = conn.execute(select(MINUTES).where(MINUTES.c.minute >= since)).all()
+    return {aware(r.minute): (int(r.delivered), int(r.failed)) for r in rows}
 
 
 def _spans(rows: Any) -> list[tuple[str, int, int]]:

@@ -2,16 +2,18 @@
 CSRF protection (web.admin's `ui` blueprint). Server-rendered, no script needed to read them;
 every list is a page of a bounded size.
 
-This step: the overview (graphs, patches per hour over a day and a week, subscribers and
-mirrors by health, what needs attention), the graphs, a graph's history as a timeline, and a
-patch shown as a review shows a change — removed and added statements side by side, grouped
-by subject, blank-node structures nested, long literals folded — with its signature checked.
+The overview (what needs attention, figures, charts), the graphs, a graph (its history as a
+timeline, who may read and write it, its subscribers, two versions compared), a patch shown as
+a review shows a change, the subscribers, the mirrors and the clients, with their actions
+behind confirmation pages. Pages with moving figures follow a Server-Sent Events stream each
+(`_live`); a page and its stream take their figures from one function (docs/console.md).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -21,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pyoxigraph as ox
-from flask import Response, redirect, render_template, request, session, stream_with_context, url_for
+from flask import Response, current_app, redirect, render_template, request, session, stream_with_context, url_for
 
 from lucid_hub.auth.clients import SCOPES
+from lucid_hub.db.session import Database
+from lucid_hub.delivery.deliverer import deliveries_by_minute
 from lucid_hub.errors import InputError, LucidError, NotFoundError
 from lucid_hub.mirror import list_mirrors, pinned_keys, trust_mirror
 from lucid_hub.outbound import AddressPolicy
@@ -43,36 +47,71 @@ RULE_FIRINGS = 200  # the newest rule firings the overview looks at for failures
 
 @dataclass
 class Bar:
-    """One bar of a server-drawn chart: its label, count and geometry (SVG units)."""
+    """One bar of a server-drawn chart: what its tooltip says, and its geometry (SVG units of
+    a 100 by 48 view, the baseline at 44)."""
 
-    label: str
-    count: int
+    title: str
     x: float
+    y: float
     height: float
 
 
-def _bars(counts: dict[datetime, int], start: datetime, step: timedelta, n: int, label: str) -> list[Bar]:
-    """`n` bars of `step` from `start`, each the sum of the hourly counts inside it."""
+@dataclass
+class Chart:
+    """A bar chart as the overview draws it, and as its live updates redraw it."""
+
+    caption: str
+    total: int
+    unit: str
+    bars: list[Bar]
+    span: str  # the first and last bars' labels
+
+    def update(self) -> dict[str, Any]:
+        """What a live update sends for it: each bar's (title, y, height), and its label."""
+        return {"label": f"{self.caption}: {self.total} {self.unit}",
+                "bars": [[b.title, round(b.y, 2), round(b.height, 2)] for b in self.bars]}
+
+
+def _chart(caption: str, unit: str, bars: list[tuple[str, int, str]]) -> Chart:
+    """A chart of (label, height count, tooltip) bars, scaled to the highest."""
+    top = max((count for _label, count, _title in bars), default=0) or 1
+    width = 100 / len(bars)
+    drawn = [Bar(title, i * width, 44 - 40 * count / top, 40 * count / top)
+             for i, (_label, count, title) in enumerate(bars)]
+    return Chart(caption, sum(count for _label, count, _title in bars), unit, drawn,
+                 f"{bars[0][0]} to {bars[-1][0]}")
+
+
+def _patch_chart(counts: dict[datetime, int], start: datetime, step: timedelta, n: int, label: str,
+                 caption: str) -> Chart:
+    """`n` bars of `step` from `start`, each the sum of the hourly patch counts inside it."""
     sums = [0] * n
     for hour, count in counts.items():
         index = int((hour - start) / step)
         if 0 <= index < n:
             sums[index] += count
-    top = max(sums) or 1
-    width = 100 / n
-    return [Bar((start + i * step).strftime(label), c, i * width, 40 * c / top) for i, c in enumerate(sums)]
+    labels = [(start + i * step).strftime(label) for i in range(n)]
+    return _chart(caption, "patches", [(text, c, f"{text}: {c}") for text, c in zip(labels, sums, strict=True)])
 
 
-def _figures(total_graphs: int, mirrors: list[dict[str, Any]], subscriptions: list[dict[str, Any]],
-             day: dict[datetime, int], week: dict[datetime, int]) -> dict[str, Any]:
-    """The overview's moving figures (the page's, and each live update's)."""
-    def states(items: list[dict[str, Any]]) -> str:
-        counts = Counter(str(i["state"]) for i in items)
-        return ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
+DELIVERY_MINUTES = 60  # the minutes the deliveries chart shows
 
-    return {"published": total_graphs - len(mirrors), "mirrored": len(mirrors), "subscriptions": states(subscriptions),
-            "mirror_states": states(mirrors), "failures": sum(int(s["failures"]) for s in subscriptions),
-            "day_total": sum(day.values()), "week_total": sum(week.values())}
+
+def _delivery_chart(db: Database, at: datetime) -> tuple[Chart, int]:
+    """Deliveries a minute over the last hour (every delivering process's, from the table the
+    recorders add to), and the current rate: the last whole minute and this one so far."""
+    current = at.replace(second=0, microsecond=0)
+    start = current - timedelta(minutes=DELIVERY_MINUTES - 1)
+    counts = deliveries_by_minute(db, start)
+    bars = []
+    for i in range(DELIVERY_MINUTES):
+        minute = start + timedelta(minutes=i)
+        delivered, failed = counts.get(minute, (0, 0))
+        text = minute.strftime("%H:%M")
+        bars.append((text, delivered, f"{text}: {delivered} delivered" + (f", {failed} failed" if failed else "")))
+    recent = counts.get(current, (0, 0))[0] + counts.get(current - timedelta(minutes=1), (0, 0))[0]
+    rate = round(recent * 60 / (60 + (at - current).total_seconds()))
+    return _chart("Deliveries per minute, last hour", "patches delivered", bars), rate
 
 
 def key_age_days(path: Path) -> int:
@@ -83,65 +122,115 @@ def key_age_days(path: Path) -> int:
         return 0
 
 
-def _windows() -> tuple[datetime, datetime, dict[datetime, int], dict[datetime, int]]:
-    """The chart windows (the last 24 hours and 7 days, to the end of this hour) and their counts."""
-    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    week = runtime().archive.per_hour(now - timedelta(days=7))
+def _states(counts: Counter[str]) -> str:
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
+
+
+def overview_figures(hub: Any, mirrors: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Chart]]:
+    """The overview's moving figures and charts (the page's, and each live update's);
+    `mirrors` as the page read them, or read here."""
+    total_graphs = hub.archive.graph_page(0, 1)[1]
+    mirrors = list_mirrors(hub.db) if mirrors is None else mirrors
+    subscriptions, failures = hub.hub.states()
+    at = datetime.now(UTC)
+    now = at.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)  # the end of this hour
+    week = hub.archive.per_hour(now - timedelta(days=7))
     day_start = now - timedelta(hours=24)
-    return now, day_start, {h: c for h, c in week.items() if h >= day_start}, week
+    charts = {"day": _patch_chart({h: c for h, c in week.items() if h >= day_start}, day_start, timedelta(hours=1),
+                                  24, "%H:00", "Patches per hour, last 24 hours"),
+              "week": _patch_chart(week, now - timedelta(days=7), timedelta(days=1), 7, "%a %d",
+                                   "Patches per day, last 7 days")}
+    charts["deliveries"], rate = _delivery_chart(hub.db, at)
+    figures = {"published": total_graphs - len(mirrors), "mirrored": len(mirrors),
+               "subscriptions": _states(Counter(subscriptions)),
+               "mirror_states": _states(Counter(m["state"] for m in mirrors)),
+               "failures": failures, "deliveries_per_minute": rate}
+    for name, chart in charts.items():
+        figures[f"{name}_total"], figures[f"{name}_span"] = chart.total, chart.span
+    return figures, charts
 
 
-# Seconds a live-figures stream stays open (the browser's EventSource then opens the next),
-# and the least time between two updates of one stream (a burst of patches is one update).
+# Seconds a live stream stays open (the browser's EventSource then opens the next), the least
+# time between two updates of one stream (a burst of patches is one update), and the most while
+# the archive does not change (deliveries, mirrors and lags move without a patch of ours).
 LIVE_SECONDS = 300.0
 LIVE_EVERY = 1.0
-LIVE_IDLE = 5.0  # seconds between updates while the archive does not change
+LIVE_IDLE = 5.0
+# The share of a process's request threads that console streams may hold (each open page holds
+# one): the rest stay for the API and the partners' streams, however many tabs are open. With
+# every slot taken a new stream waits LIVE_WAIT seconds for one (pages clicked through quickly
+# free theirs at the next heartbeat) before it is refused.
+LIVE_SHARE = 0.5
+LIVE_WAIT = 3.0
+HEARTBEAT = 0.5
+
+
+def _live_slots() -> threading.BoundedSemaphore:
+    """This process's slots for console streams (LIVE_SHARE of LUCID_WEB_THREADS, at least 1)."""
+    extensions = current_app.extensions
+    if "console_live" not in extensions:
+        with _slots_made:
+            extensions.setdefault("console_live", threading.BoundedSemaphore(
+                max(1, int(runtime().settings.web_threads * LIVE_SHARE))))
+    slots: threading.BoundedSemaphore = extensions["console_live"]
+    return slots
+
+
+_slots_made = threading.Lock()
+
+
+def _live(update: Callable[[], tuple[dict[str, Any], dict[str, Chart]]]) -> Response:
+    """A page's moving figures as Server-Sent Events: an `update` after every change of the
+    archive (at most one a second) and every LIVE_IDLE seconds while nothing changes. The page
+    rendered the figures just now, so the first update comes with the first change or pause.
+    Each event is {"figures": {name: text}, "charts": {name: bars}} (admin.js applies it).
+    A comment goes out every HEARTBEAT seconds in between: a page closed is noticed at the next
+    writes, and its thread freed. With every slot taken for LIVE_WAIT seconds the answer is 503
+    (the page stays as rendered)."""
+    stream, slots = runtime().stream, _live_slots()
+    if not slots.acquire(timeout=LIVE_WAIT):
+        return Response("every live slot of this process is in use (LUCID_WEB_THREADS / 2): the page is not "
+                        "updated live; reload it later", status=503, mimetype="text/plain",
+                        headers={"Retry-After": "30", "Cache-Control": "no-store"})
+
+    def event() -> str:
+        figures, charts = update()
+        data = {"figures": figures, "charts": {name: chart.update() for name, chart in charts.items()}}
+        return f"event: figures\ndata: {json.dumps(data)}\n\n"
+
+    def events() -> Iterator[str]:
+        yield "retry: 2000\n\n: open\n\n"  # (a comment: the browser knows the stream is open)
+        generation = stream.generation()
+        end = last = time.monotonic()
+        end += LIVE_SECONDS
+        while time.monotonic() < end and not stream.ended:
+            now = stream.wait(generation, HEARTBEAT)
+            if now == generation and time.monotonic() - last < LIVE_IDLE:
+                yield ": -\n\n"  # (nothing new: a comment, to notice a page that was closed)
+                continue
+            generation, last = now, time.monotonic()
+            yield event()
+            time.sleep(LIVE_EVERY)  # (pacing the stream, not synchronising anything)
+
+    answer = Response(stream_with_context(events()), mimetype="text/event-stream",
+                      headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    answer.call_on_close(slots.release)  # (the server closes every answer, begun or not: no slot is lost)
+    return answer
 
 
 @ui.get("/overview/events")
 def overview_events() -> Response:
-    """The overview's figures as Server-Sent Events: one at once, then one after every change
-    of the archive (at most one a second) and every LIVE_IDLE seconds while nothing changes
-    (deliveries go on after the patches that caused them). Deliveries per minute are measured
-    between two updates of the stream (the subscriptions' delivered counts)."""
     hub = runtime()
-    stream = hub.stream
-    last: list[tuple[float, int]] = []  # (monotonic time, deliveries so far) of the previous update
-
-    def figures() -> str:
-        _now, _start, day, week = _windows()
-        subscriptions = hub.hub.subscriptions()
-        data = _figures(hub.archive.graph_page(0, 1)[1], list_mirrors(hub.db), subscriptions, day, week)
-        delivered, at = sum(int(s["delivered"]) for s in subscriptions), time.monotonic()
-        if last:
-            then, before = last[0]
-            data["deliveries_per_minute"] = round(max(0, delivered - before) * 60 / max(at - then, 1e-3))
-        last[:] = [(at, delivered)]
-        return f"event: figures\ndata: {json.dumps(data)}\n\n"
-
-    def events() -> Iterator[str]:
-        yield "retry: 2000\n\n"
-        generation = stream.generation()
-        yield figures()
-        end = time.monotonic() + LIVE_SECONDS
-        while time.monotonic() < end and not stream.ended:
-            generation = stream.wait(generation, LIVE_IDLE)
-            yield figures()
-            time.sleep(LIVE_EVERY)  # (pacing the stream, not synchronising anything)
-
-    return Response(stream_with_context(events()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return _live(lambda: overview_figures(hub))
 
 
 @ui.get("/overview")
 def overview() -> Any:
     hub = runtime()
-    now, day_start, day, week = _windows()
     graphs, total_graphs = hub.archive.graph_page(0, 10)
     mirrors = list_mirrors(hub.db)
-    subscriptions = hub.hub.subscriptions()
     attention: list[tuple[str, str, str]] = []  # (what, detail, link)
-    for s in subscriptions:
+    for s in hub.hub.subscriptions(worst_first=True, limit=PAGE):  # (the worst; all on the subscribers' page)
         if s["state"] == "failed":
             attention.append(("Subscription failed", f"{s['callback']} ({s['graph']}): {s['last_error']}",
                               f"graph?graph={s['graph']}"))
@@ -162,11 +251,9 @@ def overview() -> Any:
     if age >= KEY_AGE_DAYS:
         attention.append(("Signing key due for rotation", f"in use for {age} days (lucid-hub keys rotate)",
                           "/.well-known/jwks.json"))
-    return render_template(
-        "overview.html", graphs=graphs, total_graphs=total_graphs, attention=attention,
-        day=_bars(day, day_start, timedelta(hours=1), 24, "%H:00"),
-        week=_bars(week, now - timedelta(days=7), timedelta(days=1), 7, "%a %d"),
-        **_figures(total_graphs, mirrors, subscriptions, day, week))
+    figures, charts = overview_figures(hub, mirrors)
+    return render_template("overview.html", graphs=graphs, total_graphs=total_graphs, attention=attention,
+                           figures=figures, charts=charts)
 
 
 @ui.get("/graphs")
@@ -177,6 +264,59 @@ def graphs_page() -> Any:
     return render_template("graphs.html", graphs=graphs, total=total, offset=offset, page=PAGE, mirrored=mirrored)
 
 
+def subscription_figures(subscriptions: list[dict[str, Any]]) -> dict[str, str]:
+    """Each subscription's moving figures, named `s<id>.<what>` (its row on the subscribers
+    and graph pages, and their live updates): state, lag in patches and in time, last success,
+    failures with the last reason."""
+    hub, at = runtime(), datetime.now(UTC)
+
+    def undelivered(s: dict[str, Any]) -> tuple[str, int]:  # the oldest patch not yet delivered
+        return s["graph"], int(s["delivered_seq"]) + 1
+
+    made_at = hub.archive.created_times(undelivered(s) for s in subscriptions if s["lag"])
+    out: dict[str, str] = {}
+    for s in subscriptions:
+        made = made_at.get(undelivered(s)) if s["lag"] else None  # behind in time: since it was made
+        key = f"s{s['id']}."
+        out |= {f"{key}state": s["state"], f"{key}lag": f"{s['lag']} patches",
+                f"{key}behind": f"for {_duration(at - made)}" if made else "",
+                f"{key}last": s["last_success_at"] or "never", f"{key}failures": str(s["failures"]),
+                f"{key}error": s["last_error"] or ""}
+    return out
+
+
+def _ids() -> list[int]:
+    """The subscriptions a live stream follows (`ids`: the page's rows, at most a page)."""
+    raw = [i for i in request.args.get("ids", "").split(",") if i]
+    ids = [int(i) for i in raw if i.isdigit() and len(i) <= 12]
+    if len(ids) != len(raw) or len(ids) > PAGE:
+        raise InputError(f"ids: at most {PAGE} subscription numbers, separated by commas")
+    return ids
+
+
+def graph_figures(graph: str, seen: int | None = None, ids: list[int] | None = None) -> dict[str, Any]:
+    """A graph's moving figures: version, size, patches, how it is kept, how many patches are
+    newer than the page (loaded at `seen`), and its subscribers' rows (those with `ids`)."""
+    hub = runtime()
+    row = hub.archive.graphs_of([graph]).get(graph)
+    if row is None:
+        raise NotFoundError(f"unknown graph <{graph}>")
+    mirror = next((m for m in list_mirrors(hub.db) if m["graph"] == graph), None)
+    newer = row.length - seen if seen is not None else 0
+    return {"head": row.head or "(none)", "size": str(hub.archive.size(graph)), "length": str(row.length),
+            "kind": f"mirrored from {mirror['hub']} ({mirror['state']}, {mirror['quarantined']} quarantined)"
+            if mirror else "published by this hub",
+            "newer": f"{newer} patches since this page was loaded: reload to see them" if newer > 0 else "",
+            **subscription_figures(hub.hub.subscriptions(ids=ids) if ids else [])}
+
+
+@ui.get("/graph/events")
+def graph_events() -> Response:
+    graph, seen, ids = request.args.get("graph", ""), _number("seen", 0), _ids()
+    graph_figures(graph)  # (an unknown graph is refused before the stream starts)
+    return _live(lambda: (graph_figures(graph, seen, ids), {}))
+
+
 @ui.get("/graph")
 def graph_page() -> Any:
     hub = runtime()
@@ -185,14 +325,14 @@ def graph_page() -> Any:
     row = hub.archive.graphs_of([graph]).get(graph)
     if row is None:
         raise NotFoundError(f"unknown graph <{graph}>")
+    shown = hub.hub.subscriptions(graph=graph, worst_first=True, limit=PAGE)
     patches = hub.archive.timeline(graph, before, PAGE + 1)
     readers = hub.policies.engine.who_may(graph, "read")
     writers = hub.policies.engine.who_may(graph, "write")
-    subscribers = [s for s in hub.hub.subscriptions() if s["graph"] == graph]
-    mirror = next((m for m in list_mirrors(hub.db) if m["graph"] == graph), None)
-    return render_template("graph.html", graph=row, size=hub.archive.size(graph), patches=patches[:PAGE],
-                           older=patches[PAGE - 1].seq if len(patches) > PAGE else None, readers=readers,
-                           writers=writers, subscribers=subscribers, mirror=mirror)
+    return render_template("graph.html", graph=row, figures=graph_figures(graph, ids=[s["id"] for s in shown]),
+                           patches=patches[:PAGE], older=patches[PAGE - 1].seq if len(patches) > PAGE else None,
+                           readers=readers, writers=writers, subscribers=shown,
+                           total_subscribers=hub.hub.count(graph=graph), ids=",".join(str(s["id"]) for s in shown))
 
 
 @dataclass
@@ -279,20 +419,21 @@ def patch_page() -> Any:
 
 @ui.get("/subscriptions")
 def subscriptions_page() -> Any:
-    """Every subscription to our graphs (partners' mirrors of them among them), a page at a
-    time, the failing and lagging ones first."""
+    """Every subscription to our graphs (partners' mirrors of them among them), or to one
+    graph (`graph`), a page at a time, the failing and lagging ones first."""
     offset = _number("offset", 0)
-    hub = runtime()
-    rows = sorted(hub.hub.subscriptions(),
-                  key=lambda s: (s["state"] != "failed", -int(s["lag"]), s["graph"], s["callback"]))
-    page = rows[offset:offset + PAGE]
-    now = datetime.now(UTC)
-    for s in page:  # behind in time: since the oldest patch not yet delivered was made
-        oldest = hub.archive.created_at(s["graph"], hub.archive.length(s["graph"]) - int(s["lag"]) + 1) \
-            if s["lag"] else None
-        s["behind_for"] = _duration(now - oldest) if oldest else ""
-    return render_template("subscriptions.html", subscriptions=page, total=len(rows), offset=offset, page=PAGE,
-                           message=request.args.get("message"))
+    graph = request.args.get("graph") or None
+    page = runtime().hub.subscriptions(graph=graph, worst_first=True, offset=offset, limit=PAGE)
+    return render_template("subscriptions.html", subscriptions=page, total=runtime().hub.count(graph=graph),
+                           offset=offset, page=PAGE, graph=graph, figures=subscription_figures(page),
+                           ids=",".join(str(s["id"]) for s in page), message=request.args.get("message"))
+
+
+@ui.get("/subscriptions/events")
+def subscriptions_events() -> Response:
+    """The moving figures of the subscriptions a page shows."""
+    hub, ids = runtime(), _ids()
+    return _live(lambda: (subscription_figures(hub.hub.subscriptions(ids=ids)), {}))
 
 
 def _duration(span: timedelta) -> str:
@@ -313,7 +454,7 @@ def confirm_subscription_action() -> Any:
     if action not in ACTIONS:
         raise InputError(f"action must be one of {', '.join(ACTIONS)}")
     sid = _number("id", None)
-    subscription = next((s for s in runtime().hub.subscriptions() if s["id"] == sid), None)
+    subscription = next(iter(runtime().hub.subscriptions(ids=[sid])), None)
     if subscription is None:
         raise NotFoundError(f"no subscription {sid}")
     start = request.args.get("from", "")
@@ -382,15 +523,44 @@ def delete_client_page() -> Any:
     return redirect(url_for("admin_ui.clients_page", message=f"client {client_id} deleted: its tokens are refused"))
 
 
+def mirror_figures(mirrors: list[dict[str, Any]], lags: dict[str, str]) -> dict[str, str]:
+    """The mirrors' moving figures, named `m<id>.<what>`: state, head, lag behind the publisher
+    (`lags`, as `_lags` asked them), counts and the last error."""
+    figures: dict[str, str] = {}
+    for m in mirrors:
+        key = f"m{m['id']}"
+        figures |= {f"{key}.state": m["state"], f"{key}.head": m["head"] or "(none)",
+                    f"{key}.length": f"{m['length']} patches",
+                    f"{key}.lag": lags.get(m["id"], f"not followed ({m['state']})"),
+                    f"{key}.counts": f"{m['applied']} · {m['quarantined']} · {m['hmac_failures']}",
+                    f"{key}.error": m["last_error"] or "none"}
+    return figures
+
+
 @ui.get("/mirrors")
 def mirrors_page() -> Any:
     """The graphs this hub mirrors: publisher, pinned keys, head, state, and each mirror's
     quarantine with the reason for every patch in it."""
-    hub = runtime()
-    mirrors = list_mirrors(hub.db)
-    quarantine = {m["id"]: hub.mirrors.quarantined(m["id"])[:PAGE] for m in mirrors if m["quarantined"]}
-    return render_template("mirrors.html", mirrors=mirrors, quarantine=quarantine, lag=_lags(mirrors),
-                           message=request.args.get("message"))
+    mirrors = list_mirrors(runtime().db)
+    quarantine = {m["id"]: runtime().mirrors.quarantined(m["id"])[:PAGE] for m in mirrors if m["quarantined"]}
+    return render_template("mirrors.html", mirrors=mirrors, quarantine=quarantine,
+                           figures=mirror_figures(mirrors, _lags(mirrors)), message=request.args.get("message"))
+
+
+@ui.get("/mirrors/events")
+def mirrors_events() -> Response:
+    """The mirrors' figures; the publishers are asked again when a mirror's head moved or
+    LIVE_IDLE seconds passed (not at every update of a burst of our own patches)."""
+    asked: dict[str, Any] = {"heads": None, "at": 0.0, "lags": {}}
+
+    def update() -> tuple[dict[str, Any], dict[str, Chart]]:
+        mirrors = list_mirrors(runtime().db)
+        heads = [(m["id"], m["head"], m["state"]) for m in mirrors]
+        if heads != asked["heads"] or time.monotonic() - asked["at"] >= LIVE_IDLE:
+            asked.update(heads=heads, at=time.monotonic(), lags=_lags(mirrors))
+        return mirror_figures(mirrors, asked["lags"]), {}
+
+    return _live(update)
 
 
 # Seconds the mirrors page waits for the publishers to say how far behind each mirror is.

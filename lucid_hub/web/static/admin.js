@@ -11,23 +11,52 @@ document.addEventListener("submit", (event) => {
   }
 });
 
-// Live figures: an element with data-live="URL" follows that Server-Sent Events stream; each
-// "figures" event sets the text of the elements inside it named by data-figure (text only,
-// never markup). The browser's EventSource reconnects by itself.
+// Live figures: an element with data-live="URL" follows that Server-Sent Events stream. Each
+// "figures" event is {"figures": {name: text}, "charts": {name: {label, bars: [[title, y,
+// height], …]}}}: the text of each element inside the area named by data-figure is set (text
+// only, never markup; data-bad-if / data-bad-unless name the value that marks it bad), and the
+// bars of each svg[data-chart] are redrawn. The browser's EventSource reconnects by itself.
+function applyFigures(area, figures) {
+  for (const element of area.querySelectorAll("[data-figure]")) {
+    const name = element.dataset.figure;
+    if (!Object.prototype.hasOwnProperty.call(figures, name)) { continue; }
+    const text = String(figures[name]);
+    element.textContent = text;
+    if (element.dataset.badIf !== undefined) { element.classList.toggle("bad", text === element.dataset.badIf); }
+    if (element.dataset.badUnless !== undefined) { element.classList.toggle("bad", text !== element.dataset.badUnless); }
+  }
+}
+
+function applyCharts(area, charts) {
+  for (const svg of area.querySelectorAll("svg[data-chart]")) {
+    const chart = charts[svg.dataset.chart];
+    if (chart === undefined) { continue; }
+    svg.setAttribute("aria-label", String(chart.label));
+    const rects = svg.querySelectorAll("rect");
+    chart.bars.forEach(([title, y, height], i) => {
+      if (i >= rects.length) { return; }
+      rects[i].setAttribute("y", String(Number(y)));
+      rects[i].setAttribute("height", String(Number(height)));
+      rects[i].querySelector("title").textContent = String(title);
+    });
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   for (const area of document.querySelectorAll("[data-live]")) {
     const state = area.querySelector("[data-live-state]");
     const source = new EventSource(area.dataset.live);
+    source.addEventListener("open", () => { if (state) { state.textContent = "live"; } });
     source.addEventListener("figures", (event) => {
-      const figures = JSON.parse(event.data);
-      for (const element of document.querySelectorAll("[data-figure]")) {
-        const name = element.dataset.figure;
-        if (Object.prototype.hasOwnProperty.call(figures, name)) {
-          element.textContent = String(figures[name]);
-        }
-      }
+      const update = JSON.parse(event.data);
+      applyFigures(area, update.figures || {});
+      applyCharts(area, update.charts || {});
       if (state) { state.textContent = "live"; }
     });
-    source.addEventListener("error", () => { if (state) { state.textContent = "reconnecting"; } });
+    source.addEventListener("error", () => {
+      if (state) {  // (a refusal, such as every live slot in use, ends the stream for good)
+        state.textContent = source.readyState === EventSource.CLOSED ? "not live: reload later" : "reconnecting";
+      }
+    });
   }
 });
