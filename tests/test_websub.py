@@ -221,6 +221,55 @@ def test_retries_keep_the_order_and_410_removes(ws_hub: RunningHub, callback: Ca
     callback.wait(lambda: hub.runtime.hub.subscriptions() == [])
 
 
+def _failing_count(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
+    """The recorder's per-minute count fails `times` times as a busy database fails it (a lock
+    that outlasted the busy timeout cannot be timed in a test: this raises what the driver
+    raises then); the list counts the calls."""
+    from sqlalchemy.exc import OperationalError
+
+    from lucid_hub.delivery import deliverer
+
+    calls: list[int] = []
+    real = deliverer.count_deliveries
+
+    def count(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) <= times:
+            raise OperationalError("UPDATE delivery_minutes …", {}, Exception("database is locked"))
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(deliverer, "count_deliveries", count)
+    return calls
+
+
+def test_a_record_the_database_refused_once_is_written_again_not_delivered_again(
+        ws_hub: RunningHub, callback: Callback, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = ws_hub
+    subscribed(hub, callback)
+    calls = _failing_count(monkeypatch, 1)
+    patch = publish(hub, "2")
+    callback.wait(lambda: active(hub)[0]["lag"] == 0)
+    assert len(calls) >= 2  # refused, then written
+    assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == [patch]  # once
+    assert active(hub)[0]["delivered"] == 1
+
+
+def test_a_record_that_cannot_be_written_releases_its_claims_for_a_prompt_redelivery(
+        ws_hub: RunningHub, callback: Callback, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lucid_hub.delivery import deliverer
+
+    hub = ws_hub
+    subscribed(hub, callback)
+    monkeypatch.setattr(deliverer, "RECORD_RETRIES", (0.05,))
+    calls = _failing_count(monkeypatch, 2)  # the write and its one retry
+    patch = publish(hub, "2")
+    # Not recorded: delivered again at the next round, not after the claim's minute
+    # (LUCID_DELIVERY_CLAIM_SECONDS is 60; this waits 20 s at most).
+    callback.wait(lambda: len(callback.deliveries) == 2 and active(hub)[0]["lag"] == 0)
+    assert [h["X-Lucid-Patch-Id"] for h, _ in callback.deliveries] == [patch, patch]  # at least once
+    assert len(calls) == 3 and active(hub)[0]["delivered"] == 1
+
+
 def test_failed_subscription_is_visible_and_can_be_redelivered(ws_hub: RunningHub, callback: Callback) -> None:
     hub = ws_hub
     subscribed(hub, callback)

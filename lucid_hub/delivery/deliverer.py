@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
 from sqlalchemy import Connection, Table, bindparam, case, delete, or_, select, update
+from sqlalchemy.exc import OperationalError
 
 from lucid_hub import resources
 from lucid_hub.archive import Archive, ChainLink
@@ -52,6 +53,7 @@ CANDIDATES = 1000  # due subscriptions a round considers (those it cannot start 
 # The delivery path uses SQLAlchemy Core on the tables (no ORM identity map per delivery).
 SUBS = cast(Table, Subscription.__table__)
 MINUTES = cast(Table, DeliveryMinute.__table__)
+RECORD_RETRIES = (0.2, 1.0)  # seconds before writing a batch's outcomes again after a database error
 MINUTES_KEPT = timedelta(days=1)  # deliveries a minute are kept this long (the console's chart)
 
 
@@ -118,15 +120,40 @@ class _Recorder:
                 if not batch and self._stopping:
                     return
             try:
-                self._write(batch)
+                self._write_retrying(batch)
                 for outcome in batch:
                     if outcome.cancelled is not None:
                         task = outcome.task
                         self.hub.deny(task.callback, task.graph, f"access withdrawn: {outcome.cancelled}")
             except Exception:  # not recorded: those patches are delivered again (at least once)
                 log.exception("recording deliveries failed")
+                self._release([outcome.task.sid for outcome in batch])
             finally:
                 self.hub._finished([outcome.task.sid for outcome in batch])
+
+    def _write_retrying(self, batch: list[_Outcome]) -> None:
+        """`_write`, again after a database error that may pass (a lock or serialization
+        conflict, a dropped connection): the transaction rolled back, and every statement in it
+        is conditional or additive, so writing it again records the batch once."""
+        for wait in RECORD_RETRIES:
+            try:
+                self._write(batch)
+                return
+            except OperationalError as exc:
+                log.warning("recording deliveries failed (%s); again in %.1f s", type(exc.orig).__name__, wait)
+                time.sleep(wait)  # backing off from a busy database, not synchronising
+        self._write(batch)
+
+    def _release(self, sids: list[int]) -> None:
+        """Give up this process's claims on subscriptions whose outcomes could not be written,
+        so they are delivered again (their cursors did not move) at the next round instead of
+        when the claims run out (delivery_claim_seconds: a minute of silence for a partner)."""
+        try:
+            with self.hub.db.write() as conn:
+                conn.execute(update(SUBS).where(SUBS.c.id.in_(sids), SUBS.c.claimed_by == self.hub.worker_id)
+                             .values(claimed_by=None, claimed_until=None))
+        except Exception as exc:  # the claims then run out by themselves
+            log.warning("could not release the claims of %d subscriptions: %s", len(sids), exc)
 
     def _write(self, batch: list[_Outcome]) -> None:
         settings, owner, at = self.hub.settings, self.hub.worker_id, now()
