@@ -107,6 +107,11 @@ def _serve_gunicorn(settings: Settings) -> None:
             self.cfg.set("worker_exit", self._worker_exit)
             self.cfg.set("child_exit", _child_exit)
             self.cfg.set("post_worker_init", self._post_worker_init)
+            if "control_socket_disable" in self.cfg.settings:
+                # gunicorn >= 25 listens on a Unix socket in $HOME or $XDG_RUNTIME_DIR that can
+                # stop, reload and scale it: one path for every hub of a user (the last started
+                # takes it over), and a way in besides the API. The hub is run by signals.
+                self.cfg.set("control_socket_disable", True)
 
         def load(self) -> Any:
             # In the worker: open the runtime there, after the fork. With several workers the
