@@ -298,12 +298,18 @@ def test_the_mirrors_run_once_across_replicas_and_a_killed_leader_misses_no_deli
             mirrors = pods[2].mirrors()
             return bool(mirrors) and mirrors[0]["state"] == "active" and mirrors[0]["head"] == head
 
-        wait_until(lambda: mirrored(heads[-1]), 60, "the mirror to clone the graph")
+        def explain() -> str:  # a timeout says where the delivery stands on both sides
+            running = [p for p in [acme, *pods] if p.proc is not None and p.proc.poll() is None]
+            return "\n".join([f"publisher's subscriptions: {acme.subscriptions()}",
+                              f"mirror rows: {running[-1].mirrors()}",
+                              *(f"--- {p.name} log:\n{p.log_tail(25)}" for p in [acme, *pods])])
+
+        wait_until(lambda: mirrored(heads[-1]), 60, "the mirror to clone the graph", explain)
         for i in range(1, 11):
             heads.append(acme.call("POST", "/graphs", params={"graph": graph}, headers={
                 "Content-Type": "application/n-triples"}, data=f'<https://acme.example/kpi/{i}> <urn:x:v> "{i}" .\n'
                 .encode()).json()["patch"])
-        wait_until(lambda: mirrored(heads[-1]), 60, "the mirror to follow")
+        wait_until(lambda: mirrored(heads[-1]), 60, "the mirror to follow", explain)
         metrics = acme.call("GET", "/metrics").text
         subscribes = [line for line in metrics.splitlines()
                       if line.startswith("lucid_http_requests_total{") and 'route="/hub"' in line]
@@ -323,7 +329,8 @@ def test_the_mirrors_run_once_across_replicas_and_a_killed_leader_misses_no_deli
                 "Content-Type": "application/n-triples"}, data=f'<https://acme.example/kpi/{i}> <urn:x:v> "{i}" .\n'
                 .encode()).json()["patch"])
         alive = [p for p in pods if p is not leader]
-        wait_until(lambda: alive[0].mirrors()[0]["head"] == heads[-1], 90, "the mirror to follow after the kill")
+        wait_until(lambda: alive[0].mirrors()[0]["head"] == heads[-1], 90, "the mirror to follow after the kill",
+                   explain)
         (mirror,) = alive[1].mirrors()
         assert mirror["quarantined"] == 0 and mirror["state"] == "active"
         assert [s["state"] for s in acme.subscriptions()] == ["active"]  # subscribed once, not once a replica

@@ -119,18 +119,31 @@ class HubProcess:
     def subscriptions(self) -> list[dict[str, Any]]:
         return list(self.call("GET", "/admin/subscriptions").json()["subscriptions"])
 
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the hub's log (serve.log in its data directory)."""
+        path = self.data / "serve.log"
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def content(self, graph: str, version: str | None = None) -> str:
         params = {"graph": graph, **({"version": version} if version else {})}
         return str(self.call("GET", "/graphs", params=params, headers={"Accept": "application/n-triples"}).text)
 
 
-def wait_until(what: Callable[[], bool], timeout: float, describe: str) -> None:
+def wait_until(what: Callable[[], bool], timeout: float, describe: str,
+               explain: Callable[[], str] | None = None) -> None:
     """Until `what` holds, checked every 20 ms (a state of another process); RuntimeError after
-    `timeout` seconds naming `describe`."""
+    `timeout` seconds naming `describe`, with what `explain` then says (the processes' state)."""
     deadline = time.monotonic() + timeout
     while not what():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {describe}")
+            said = ""
+            if explain is not None:
+                try:
+                    said = "\n" + explain()
+                except Exception as exc:  # a process that cannot say: that is said instead
+                    said = f"\n(no explanation: {exc!r})"
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {describe}{said}")
         time.sleep(0.02)  # polling another process's state, with a deadline
 
 
