@@ -251,3 +251,35 @@ def test_two_hub_processes_on_postgresql_publish_concurrently_without_breaking_t
     finally:
         b.stop()
         a.stop()
+
+
+def test_a_new_leaders_first_relay_drops_what_the_dead_leader_had_appended(tmp_path: Path,
+                                                                           kafka_bootstrap: str) -> None:
+    """A leader killed between the log's acknowledgement and deleting its outbox rows leaves
+    rows the log holds. The next leader switches relaying on, and a publish on it may relay
+    before anything else runs there: that relay must drop those rows, not append them again."""
+    from sqlalchemy import insert
+
+    from lucid_hub.db.models import Outbox
+    from tests.test_scale_out import kafka_patches
+
+    topic = f"takeover-{tmp_path.name}"
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"),
+                                              "LUCID_KAFKA_BOOTSTRAP": kafka_bootstrap, "LUCID_KAFKA_TOPIC": topic}))
+    try:
+        def publish(text: str) -> str:  # (the publish's own relay runs before it returns)
+            patch = runtime.publisher.replace(G, graph_msgs(parse_nt(text), runtime.canonicalizer), author="t",
+                                              message="")
+            assert patch is not None
+            return patch.id
+
+        first = publish(V1)
+        runtime.publisher.relay_enabled = False  # this process follows now; the leader was killed
+        with runtime.db.session() as session:  # …after appending `first`, before deleting its row
+            session.execute(insert(Outbox).values(patch_id=first, graph=G))
+        runtime.publisher.relay_enabled = True  # this process leads now (Runtime.lead)
+        second = publish(V1.replace("open", "closed"))
+        assert [pid for graph, pid in kafka_patches(kafka_bootstrap, topic, 3) if graph == G] == [first, second]
+        assert runtime.archive.outbox_ids() == []
+    finally:
+        runtime.close()

@@ -259,7 +259,10 @@ class Publisher:
         self.db_locks = db_locks
         self._stripe_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._stripe_files: dict[int, Any] = {}
-        self.relay_enabled = relay
+        # The log's tail has been compared with the outbox since this process began to relay
+        # (see relay): False until then, and again whenever relaying is switched on.
+        self._relay_checked = False
+        self._relay_enabled = relay
         # Whether this process may append to the log now (the leadership lease, checked before
         # each batch: a leader that stalled past its lease must not append after another).
         self.may_relay: Callable[[], bool] = lambda: True
@@ -784,12 +787,30 @@ class Publisher:
         if self.relay_enabled:
             self.relay()
 
+    @property
+    def relay_enabled(self) -> bool:
+        """Whether this process relays the outbox to the log (the leader; a lone hub)."""
+        return self._relay_enabled
+
+    @relay_enabled.setter
+    def relay_enabled(self, on: bool) -> None:
+        if on and not self._relay_enabled:
+            self._relay_checked = False  # taking over: what the last relay left is looked at first
+        self._relay_enabled = on
+
     def relay(self) -> int:
-        """Move outbox rows into the patch log, in order; returns how many moved."""
+        """Move outbox rows into the patch log, in order; returns how many moved. The first
+        relay of a process, and the first after relaying is switched on, first drops the rows
+        the log already holds (a relay before it died between appending and deleting them) —
+        in the relay itself, under its lock: a publish's relay on a new leader ran before the
+        leader's own repair did and appended a dead leader's last batch again (scale-out test)."""
         if self.log.written_by_archive:
             return 0  # nothing to relay: the archive wrote the log's entries
         moved = 0
         with self._relay_lock:
+            if not self._relay_checked and self.may_relay():
+                self._drop_relayed_outbox()  # raises when the log's tail cannot be read: nothing moves
+                self._relay_checked = True
             while self.may_relay():
                 rows = self.archive.outbox(RELAY_BATCH)
                 if not rows:
@@ -811,7 +832,8 @@ class Publisher:
     def resume_relay(self) -> None:
         """Relay what a relay before this one left in the outbox (a crash, or a leader that
         died): rows the log already holds are dropped, not appended twice."""
-        self._drop_relayed_outbox()
+        with self._relay_lock:
+            self._relay_checked = False
         self.relay()
 
     def sync_all(self) -> list[str]:
