@@ -579,8 +579,11 @@ class MirrorService:
         (the chain replayed here must give what the publisher serves)."""
         from lucid_hub.diff.local import diff_graph
 
+        # Compared at the version our content is at: another replica may have applied the next
+        # delivery meanwhile (its followers moved this store on), which is not a disagreement.
+        ours_at, statements = self.publisher.content(row.graph)
+        version = ours_at or version
         theirs = list(ox.parse(publisher.graph_at(row.graph, version), format=ox.RdfFormat.N_TRIPLES))
-        _version, statements = self.publisher.content(row.graph)
         ours = list(statement_quads(statements))
         if not diff_graph(ours, theirs, row.graph, self.canonicalizer).is_empty:
             self._note(row.id, f"the clone of <{row.graph}> differs from the publisher's content at {version}: "

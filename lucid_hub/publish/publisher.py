@@ -297,9 +297,10 @@ class Publisher:
 
     def content(self, graph: str, version: str | None = None) -> tuple[str | None, list[str]]:
         """(version, statements) of the graph now, or at an older version rebuilt from patches."""
-        head = self.archive.head(graph)
+        self.archive.head(graph)  # NotFoundError for an unknown graph
         with self._lock(graph):
-            self._sync(graph)
+            self._sync(graph)  # (the store's own version after it: the archive may have moved on
+            head = self.store.version(graph)  # since, by another replica, and must not name it)
             if version is None or version == head:
                 return head, self.store.statements(graph)
         replica = GraphReplica([], self.canonicalizer)
