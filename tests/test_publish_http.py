@@ -6,11 +6,15 @@ After bad input, archive, store and log must still agree (assert_consistent).
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
+import pytest
 import requests
 
+from lucid_hub.diff import GraphChange
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.msg import graph_msgs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.signing import TrustedKeys
@@ -66,6 +70,43 @@ def test_put_of_the_same_content_with_fresh_blank_nodes_makes_no_patch(hub: Runn
     again = put(hub, V1.replace("_:a", "_:zz"))
     assert again.status_code == 200 and again.json()["patch"] is None and again.json()["version"] == v1
     assert len(hub.runtime.archive.history(G)) == 1
+
+
+def test_an_unchanged_answer_names_the_version_it_compared_against_not_a_later_one(
+        hub: RunningHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish that changes nothing answers with the version its content equals. Another
+    writer's patch committed between that decision and the answer (another thread, another
+    replica) must not be named: a client's next If-Match on it would overwrite that patch
+    unseen. Each call below is made to interleave so, deterministically."""
+    v1 = put(hub, V1).json()["version"]
+    publisher = hub.runtime.publisher
+    later: list[str] = []
+
+    def and_then_another_writer(real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = real(*args, **kwargs)
+            patch = publisher.publish(G, lambda view: GraphChange(G, (), tuple(graph_msgs(parse_nt(
+                f'<http://ex/other> <http://ex/n> "{len(later)}" .\n'), hub.runtime.canonicalizer).msgs())),
+                author="other", message="")
+            assert patch is not None
+            later.append(patch.id)
+            return result
+        return call
+
+    for name in ("replace", "merge", "upload"):
+        monkeypatch.setattr(publisher, name, and_then_another_writer(getattr(publisher, name)))
+    current = v1
+    ground = '<http://ex/kpi1> <http://ex/unit> "days" .\n'  # in V1 (a merge's blank nodes are new ones)
+    answers = [put(hub, V1), hub.http.post(f"{hub.url}/graphs", params={"graph": G}, data=ground.encode(),
+                                           headers=NT, timeout=30)]
+    for answer, newer in zip(answers, later, strict=True):
+        assert answer.status_code == 200 and answer.json()["patch"] is None
+        assert answer.json()["version"] == current and answer.headers["ETag"] == f'"{current}"', (current, newer)
+        current = newer
+    empty = hub.http.post(f"{hub.url}/patches", params={"graph": G}, data=f"H prev <{current}> .\n".encode(),
+                          headers={"Content-Type": "application/rdf-patch"}, timeout=30)
+    assert empty.status_code == 200 and empty.json()["patch"] is None and empty.json()["version"] == current
+    assert hub.runtime.archive.head(G) == later[-1] != current
 
 
 def test_content_negotiation_offers_turtle_trig_nquads_jsonld(hub: RunningHub) -> None:

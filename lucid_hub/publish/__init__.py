@@ -3,6 +3,6 @@ it (compare-and-set on the graph's head), write the store, and emit it to the pa
 through a transactional outbox."""
 
 from lucid_hub.archive import Precondition, at_version
-from lucid_hub.publish.publisher import Publisher
+from lucid_hub.publish.publisher import Publisher, Unchanged
 
-__all__ = ["Precondition", "Publisher", "at_version"]
+__all__ = ["Precondition", "Publisher", "Unchanged", "at_version"]

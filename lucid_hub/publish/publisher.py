@@ -154,6 +154,7 @@ class _Job:
         self.done = False
         self.patch: Patch | None = None
         self.error: BaseException | None = None
+        self.version: str | None = None  # no change: the version the change was computed against
 
     def finish(self, patch: Patch | None = None, error: BaseException | None = None) -> None:
         self.patch, self.error, self.done = patch, error, True
@@ -162,6 +163,17 @@ class _Job:
         if self.error is not None:
             raise self.error
         return self.patch
+
+
+class Unchanged:
+    """A publish's `unchanged`: the version a publish that changed nothing found the graph at
+    (what its answer names)."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+
+    def __call__(self, version: str | None) -> None:
+        self.version = version
 
 
 class GraphView:
@@ -314,8 +326,12 @@ class Publisher:
 
     def publish(self, graph: str, compute: Callable[[GraphView], GraphChange | None], *, author: str,
                 message: str, if_match: Precondition | None = None, expect_prev: bool = False,
-                prev: str | None = None) -> Patch | None:
+                prev: str | None = None, unchanged: Callable[[str | None], None] | None = None) -> Patch | None:
         """Make the change `compute` derives from the graph's current MSGs; None if nothing changed.
+
+        `unchanged` is told, when nothing changed, the version the graph was found at: the
+        answer's version (the head read afterwards may be a concurrent publish's, whose content
+        the request never saw — a client's next If-Match on it would lose that update).
 
         `if_match` (HTTP If-Match / If-None-Match, an editor's last read) must accept the
         graph's version (PreconditionFailedError, 412), and `expect_prev` with `prev` (an
@@ -336,10 +352,17 @@ class Publisher:
                     self._commit_group(graph, queue)
             if not job.done:  # its group's thread was stopped by something no job can be told of
                 raise ConflictError(f"the change of <{graph}> was interrupted before it was committed; retry it")
-            return job.result()
+            return self._told(job, unchanged)
         with self.writing(self._lock_set(graph)):
             self._commit_alone(graph, job)
-        return job.result()
+        return self._told(job, unchanged)
+
+    @staticmethod
+    def _told(job: _Job, unchanged: Callable[[str | None], None] | None) -> Patch | None:
+        patch = job.result()
+        if patch is None and unchanged is not None:
+            unchanged(job.version)
+        return patch
 
     def _commit_alone(self, graph: str, job: _Job) -> None:
         """Publish one change by itself (a graph rules react to: each patch's reaction runs
@@ -356,6 +379,7 @@ class Publisher:
             if change is None or change.is_empty:
                 if not caught_up and self._sync(graph):
                     continue  # "no change" against a stale store is no answer
+                job.version = head
                 job.finish(None)
                 return
             with gcpause.paused_for(len(change.removed) + len(change.added)):
@@ -484,6 +508,7 @@ class Publisher:
                 index += 1
                 continue
             if patch is None:
+                job.version = head
                 outcomes.append((job, None))
             else:
                 chained.append(job)
@@ -605,7 +630,8 @@ class Publisher:
         self.archive.head(graph)
         return self.publish(graph, lambda view: GraphChange(graph, tuple(view.msgs().msgs()), ()), **kwargs)
 
-    def upload(self, graph: str, raw: bytes, *, author: str, message: str) -> Patch | None:
+    def upload(self, graph: str, raw: bytes, *, author: str, message: str,
+               unchanged: Callable[[str | None], None] | None = None) -> Patch | None:
         """An RDF Patch sent by a client: its `prev` must be the head (409 otherwise).
 
         A complete lucid-hub patch (with `H id`) is archived as it is, if its id matches
@@ -624,7 +650,7 @@ class Publisher:
         prev = doc.iri("prev")
         change = GraphChange(graph, tuple(doc.removed), tuple(doc.added))
         return self.publish(graph, lambda _view: change, author=author, message=message,
-                            expect_prev=True, prev=prev)
+                            expect_prev=True, prev=prev, unchanged=unchanged)
 
     def archive_verified(self, patch: Patch, sync: bool = True) -> Patch:
         """Archive and apply a patch of another hub that the caller has verified (a mirror's):

@@ -13,6 +13,7 @@ import pyoxigraph as ox
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from lucid_hub.errors import InputError, NotFoundError, UnsupportedMediaTypeError
+from lucid_hub.publish import Unchanged
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -180,9 +181,11 @@ def upload() -> Response:
     graph = authorized_graph("write")
     if (request.mimetype or "").lower() != RDF_PATCH:
         raise UnsupportedMediaTypeError(f"upload patches as {RDF_PATCH}, not {request.mimetype or '(none)'}")
-    patch = runtime().publisher.upload(graph, request.get_data(cache=False), author=author(), message=message())
+    unchanged = Unchanged()
+    patch = runtime().publisher.upload(graph, request.get_data(cache=False), author=author(), message=message(),
+                                       unchanged=unchanged)
     if patch is None:
-        response = jsonify({"graph": graph, "patch": None, "version": runtime().archive.head(graph)})
+        response = jsonify({"graph": graph, "patch": None, "version": unchanged.version})
         return response
     response = jsonify({"graph": graph, "patch": patch.id, "version": patch.id,
                         "removed": len(patch.removed), "added": len(patch.added)})

@@ -13,7 +13,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub import gcpause
 from lucid_hub.errors import InputError, PreconditionFailedError, UnsupportedMediaTypeError
-from lucid_hub.publish import Precondition
+from lucid_hub.publish import Precondition, Unchanged
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import ntriples, statement_quads
@@ -109,9 +109,9 @@ def _precondition() -> Precondition | None:
     return holds
 
 
-def _result(graph: str, patch: Patch | None, *, minted: bool = False) -> Response:
+def _result(graph: str, patch: Patch | None, unchanged: Unchanged, *, minted: bool = False) -> Response:
     created = patch is not None and patch.prev is None
-    version = patch.id if patch else runtime().archive.head(graph)
+    version = patch.id if patch else unchanged.version
     payload = {"graph": graph, "version": version, "patch": patch.id if patch else None,
                "removed": len(patch.removed) if patch else 0, "added": len(patch.added) if patch else 0}
     response = jsonify(payload)
@@ -131,8 +131,10 @@ def put_graph() -> Response:
     _no_default_graph()
     graph = authorized_graph("write")
     new = _body_msgs(graph)
-    patch = runtime().publisher.replace(graph, new, author=author(), message=message(), if_match=_precondition())
-    return _result(graph, patch)
+    unchanged = Unchanged()
+    patch = runtime().publisher.replace(graph, new, author=author(), message=message(), if_match=_precondition(),
+                                        unchanged=unchanged)
+    return _result(graph, patch, unchanged)
 
 
 @blueprint.post("/graphs")
@@ -146,15 +148,19 @@ def post_graph() -> Response:
         graph = authorized_graph("write")
         minted = False
     new = _body_msgs(graph)
-    patch = runtime().publisher.merge(graph, new, author=author(), message=message(), if_match=_precondition())
+    unchanged = Unchanged()
+    patch = runtime().publisher.merge(graph, new, author=author(), message=message(), if_match=_precondition(),
+                                      unchanged=unchanged)
     if minted and patch is None:
         raise InputError("a new graph needs at least one triple")
-    return _result(graph, patch, minted=minted)
+    return _result(graph, patch, unchanged, minted=minted)
 
 
 @blueprint.delete("/graphs")
 def delete_graph() -> Response:
     _no_default_graph()
     graph = authorized_graph("write")
-    patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_precondition())
-    return _result(graph, patch)
+    unchanged = Unchanged()
+    patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_precondition(),
+                                     unchanged=unchanged)
+    return _result(graph, patch, unchanged)
