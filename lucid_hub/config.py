@@ -46,6 +46,9 @@ class Settings:
     kafka_partitions: int = 3
     # librdkafka's default (45 s) makes joining a consumer group take ~23 s.
     kafka_session_timeout_ms: int = 6000
+    # Seconds the relay waits for Kafka to acknowledge a batch (and to create the topic): past
+    # that the batch stays in the outbox, the publish is done all the same, the relay tries again.
+    kafka_timeout: float = 30.0
     # The base URL partners reach this hub at (links, WebSub topics, discovery headers).
     public_url: str = "http://127.0.0.1:8080"
     host: str = "127.0.0.1"

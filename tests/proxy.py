@@ -2,12 +2,15 @@
 the next POST body it is told to (a delivery tampered with in flight), holds archive
 reads while told to (a partner's catch-up that takes its time), and points archive pages'
 "next" links elsewhere (a hostile publisher). Given several targets it stands for a Service in
-front of replicas: requests go round them, past those that refuse connections."""
+front of replicas: requests go round them, past those that refuse connections. TcpProxy cuts and
+restores a TCP path (an outage between the hub and its Kafka broker)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -93,3 +96,64 @@ class LoopbackProxy:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(10)
+
+
+class TcpProxy:
+    """A TCP forwarder on a loopback port that can be cut — every connection closed, new ones
+    refused — and restored: a network outage between a client and a real server (a Kafka
+    broker that advertises this port, so the client reaches it through here only)."""
+
+    def __init__(self, port: int, target_port: int) -> None:
+        self.port, self.target_port = port, target_port
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.create_server(("127.0.0.1", self.port))  # (SO_REUSEADDR: the same port again)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            ends, self._open = self._open, []
+        for end in ends:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self) -> None:
+        self.cut()

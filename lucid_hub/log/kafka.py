@@ -27,8 +27,11 @@ class KafkaPatchLog:
         self.timeout = timeout
         self.extra = extra or {}
         self._ensure_topic(partitions)
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        return Producer({
+            "bootstrap.servers": self.bootstrap,
             "enable.idempotence": True,  # implies acks=all and ordered retries
             "acks": "all",
             "linger.ms": 1,
@@ -57,6 +60,15 @@ class KafkaPatchLog:
         remaining = self._producer.flush(self.timeout)
         if remaining or failures:
             reason = failures[0] if failures else f"{remaining} records unacknowledged after {self.timeout:g} s"
+            # Not appended, as far as the caller knows: the rows stay in the outbox and are
+            # relayed again. Records the producer still held would otherwise go out on their
+            # own once the broker is back, beside that relay — each patch twice in the log.
+            # (Any that reached the broker before are found by the relay's look at the tail.)
+            # A new producer takes over: the idempotent one whose records were purged in flight
+            # is fenced by the broker ("a newer producer with the same id") once it is back.
+            self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self._producer.flush(0)  # their delivery reports (purged), so nothing of them lingers
+            self._producer = self._new_producer()
             raise LogUnavailableError(f"Kafka did not take the patches: {reason}")
 
     def holding(self, patch_ids: set[str], recent: int) -> set[str]:
