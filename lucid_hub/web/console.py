@@ -165,6 +165,9 @@ LIVE_WAIT = 3.0
 HEARTBEAT = 0.5
 
 
+_slots_made = threading.Lock()  # (one semaphore a process, made at the first stream)
+
+
 def _live_slots() -> threading.BoundedSemaphore:
     """This process's slots for console streams (LIVE_SHARE of LUCID_WEB_THREADS, at least 1)."""
     extensions = current_app.extensions
@@ -174,9 +177,6 @@ def _live_slots() -> threading.BoundedSemaphore:
                 max(1, int(runtime().settings.web_threads * LIVE_SHARE))))
     slots: threading.BoundedSemaphore = extensions["console_live"]
     return slots
-
-
-_slots_made = threading.Lock()
 
 
 def _live(update: Callable[[], tuple[dict[str, Any], dict[str, Chart]]]) -> Response:
@@ -294,13 +294,18 @@ def _ids() -> list[int]:
     return ids
 
 
+def _graph_row(graph: str) -> Any:
+    """The archive's row of a graph (head, length); NotFoundError for one it does not hold."""
+    row = runtime().archive.graphs_of([graph]).get(graph)
+    if row is None:
+        raise NotFoundError(f"unknown graph <{graph}>")
+    return row
+
+
 def graph_figures(graph: str, seen: int | None = None, ids: list[int] | None = None) -> dict[str, Any]:
     """A graph's moving figures: version, size, patches, how it is kept, how many patches are
     newer than the page (loaded at `seen`), and its subscribers' rows (those with `ids`)."""
-    hub = runtime()
-    row = hub.archive.graphs_of([graph]).get(graph)
-    if row is None:
-        raise NotFoundError(f"unknown graph <{graph}>")
+    hub, row = runtime(), _graph_row(graph)
     mirror = next((m for m in list_mirrors(hub.db) if m["graph"] == graph), None)
     newer = row.length - seen if seen is not None else 0
     return {"head": row.head or "(none)", "size": str(hub.archive.size(graph)), "length": str(row.length),
@@ -313,7 +318,7 @@ def graph_figures(graph: str, seen: int | None = None, ids: list[int] | None = N
 @ui.get("/graph/events")
 def graph_events() -> Response:
     graph, seen, ids = request.args.get("graph", ""), _number("seen", 0), _ids()
-    graph_figures(graph)  # (an unknown graph is refused before the stream starts)
+    _graph_row(graph)  # (an unknown graph is refused before the stream starts)
     return _live(lambda: (graph_figures(graph, seen, ids), {}))
 
 
@@ -322,9 +327,7 @@ def graph_page() -> Any:
     hub = runtime()
     graph = request.args.get("graph", "")
     before = _number("before", None)  # (the request's own faults first)
-    row = hub.archive.graphs_of([graph]).get(graph)
-    if row is None:
-        raise NotFoundError(f"unknown graph <{graph}>")
+    row = _graph_row(graph)
     shown = hub.hub.subscriptions(graph=graph, worst_first=True, limit=PAGE)
     patches = hub.archive.timeline(graph, before, PAGE + 1)
     readers = hub.policies.engine.who_may(graph, "read")
@@ -660,9 +663,7 @@ def compare_page() -> Any:
     hub = runtime()
     graph = request.args.get("graph", "")
     start = check_patch_id(request.args.get("from", ""), "from")
-    row = hub.archive.graphs_of([graph]).get(graph)
-    if row is None:
-        raise NotFoundError(f"unknown graph <{graph}>")
+    row = _graph_row(graph)
     end = check_patch_id(request.args.get("to") or (row.head or ""), "to")
     first, last = hub.archive.position(start, graph), hub.archive.position(end, graph)
     if last < first:
