@@ -325,3 +325,37 @@ def test_a_kafka_outage_neither_fails_an_archived_publish_nor_doubles_a_patch_in
         path.close()
         broker.terminate()
         broker.wait(30)
+
+
+def test_content_is_named_by_the_version_its_statements_are_at_when_another_replica_publishes(
+        tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two hubs on one database (replicas): while one reads a graph, the other's patch lands
+    between the read's look at the archive and its store catching up. The version returned
+    must be the one of the statements returned (a GET's ETag; a mirror's clone check)."""
+    def open_replica(name: str) -> Runtime:
+        return Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / name), "LUCID_DATABASE_URL": db_url}))
+
+    def publish(runtime: Runtime, text: str) -> str:
+        patch = runtime.publisher.replace(G, graph_msgs(parse_nt(text), runtime.canonicalizer), author="t", message="")
+        assert patch is not None
+        return patch.id
+
+    writer, reader = open_replica("a"), open_replica("b")
+    try:
+        first = publish(writer, V1)
+        assert reader.publisher.content(G)[0] == first
+        later: list[str] = []
+        real_sync = reader.publisher._sync
+
+        def sync_after_another_publish(graph: str) -> bool:  # the other replica is quicker
+            if not later:
+                later.append(publish(writer, V1.replace("open", "closed")))
+            return real_sync(graph)
+
+        monkeypatch.setattr(reader.publisher, "_sync", sync_after_another_publish)
+        version, statements = reader.publisher.content(G)
+        assert later and version == later[0]  # the statements' version, not the one before
+        assert any('"closed"' in s for s in statements) and not any('"open"' in s for s in statements)
+    finally:
+        reader.close()
+        writer.close()
