@@ -181,3 +181,26 @@ json_values = st.recursive(
 @given(json_values)
 def test_json_nesting_is_the_depth_a_parser_reaches(value: Any) -> None:
     assert json_nesting(json.dumps(value)) == _depth(value)
+
+
+# --- what parsing makes of a body is bounded too -------------------------------------------------
+
+def test_prefixes_that_expand_a_small_turtle_body_past_its_budget_are_refused_and_nothing_is_written(
+        hub: RunningHub) -> None:
+    """A prefix of 20 KB used 3,000 times: 150 KB of Turtle (under the 200 KB body limit) that
+    parses into 180 MB of statements. Refused with 413 while parsing, before anything is kept."""
+    before = snapshot(hub)
+    long_ns = "http://example.org/" + "n" * 20_000 + "#"
+    body = f"@prefix p: <{long_ns}> .\n".encode() + b"".join(b"p:s p:p p:o%d .\n" % i for i in range(3_000))
+    assert len(body) < LIMIT
+    answer = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, data=body,
+                          headers={"Content-Type": "text/turtle"}, timeout=60)
+    assert answer.status_code == 413, answer.text
+    assert "parses into more than 800,000 bytes of statements" in answer.text
+    assert "LUCID_MAX_BODY_BYTES" in answer.text
+    assert snapshot(hub) == before
+    # the same prefix used a few times is an ordinary body
+    fine = f"@prefix p: <{long_ns}> .\n".encode() + b"".join(b"p:s p:p p:o%d .\n" % i for i in range(3))
+    answer = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, data=fine, headers={"Content-Type": "text/turtle"})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["added"] == 3

@@ -342,3 +342,73 @@ def test_a_mirror_posts_only_to_an_inbox_on_its_publishers_origin() -> None:
         assert HubClient(base).inbox_of(G) == elsewhere
     finally:
         server.shutdown()
+
+
+# --- XML and expansion ------------------------------------------------------------------------
+
+RDF_XML_HEAD = b'<?xml version="1.0"?>\n'
+RDF_XML_ROOT = (b'<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" '
+                b'xmlns:as="https://www.w3.org/ns/activitystreams#">'
+                b'<as:Announce rdf:about="urn:n:1"><as:actor rdf:resource="https://partner.example.com/hub"/>'
+                b'<as:object rdf:resource="https://hub.example.com/patches/p1"/><as:summary>%s</as:summary>'
+                b'</as:Announce></rdf:RDF>')
+
+
+def laughs(levels: int) -> bytes:
+    """The billion laughs: each entity ten of the one before (eight levels: 100 MB from 672 bytes)."""
+    entities = [b'<!ENTITY a0 "xxxxxxxxxx">'] + [
+        b'<!ENTITY a%d "%s">' % (i, (b"&a%d;" % (i - 1)) * 10) for i in range(1, levels)]
+    return RDF_XML_HEAD + b"<!DOCTYPE rdf:RDF [" + b"".join(entities) + b"]>" + RDF_XML_ROOT % (
+        b"&a%d;" % (levels - 1))
+
+
+def test_rdf_xml_with_a_document_type_declaration_is_refused_in_every_form(tmp_path: Path) -> None:
+    """The entity expansion a partner found (672 bytes stored as 100 MB) and its siblings: an
+    external entity, a parameter entity, a lower-case DOCTYPE and one inside the root element
+    (oxigraph's reader takes both). Each is a 400 naming the reason; nothing is stored; plain
+    RDF/XML is still accepted."""
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", {"LUCID_INBOX_RATE": "100"}) as hub:
+        answer = hub.http.post(f"{hub.url}/admin/conditions", data=PARTNERS, headers={"Content-Type": "text/turtle"})
+        assert answer.status_code in (200, 201), answer.text
+        assert hub.http.put(f"{hub.url}/graphs", params={"graph": G}, data=b'<http://ex/a> <http://ex/p> "1" .\n',
+                            headers={"Content-Type": "application/n-triples"}).status_code == 201
+        sender = partner(hub)
+        billion = laughs(8)
+        assert len(billion) < 800
+        external = RDF_XML_HEAD + b'<!DOCTYPE rdf:RDF [<!ENTITY x SYSTEM "file:///etc/passwd">]>' + RDF_XML_ROOT % b"&x;"
+        parameter = (RDF_XML_HEAD + b'<!DOCTYPE rdf:RDF [<!ENTITY % p "<!ENTITY y \'z\'>"> %p;]>'
+                     + RDF_XML_ROOT % b"&y;")
+        lower = RDF_XML_HEAD + b'<!doctype rdf:RDF [<!ENTITY a "zz">]>' + RDF_XML_ROOT % b"&a;"
+        inner = RDF_XML_ROOT.replace(b"<as:Announce", b'<!DOCTYPE x [<!ENTITY a "zz">]><as:Announce') % b"&a;"
+        before = stored(hub)
+        for body in (billion, laughs(3), external, parameter, lower, inner):
+            answer = post(sender, hub, body, "application/rdf+xml")
+            assert answer.status_code == 400, (body[:80], answer.status_code, answer.text[:300])
+            reason = answer.text
+            assert "document type declaration" in reason or "not well-formed XML" in reason, reason
+        assert stored(hub) == before
+        plain = post(sender, hub, RDF_XML_HEAD + RDF_XML_ROOT % b"applied", "application/rdf+xml")
+        assert plain.status_code == 201, plain.text
+        assert stored(hub) == before + 1
+
+
+def test_a_small_notification_that_expands_past_its_limit_is_refused(inbox_hub: RunningHub) -> None:
+    """JSON-LD terms and Turtle prefixes make long IRIs of short text: what a notification
+    parses into is bounded by its limit too (4,096 bytes here), not only its raw bytes."""
+    hub, sender = inbox_hub, partner(inbox_hub, "expanding")
+    before = stored(hub)
+    long_ns = "https://partner.example.com/" + "v" * 1500 + "#"
+    document = {**announce(), "@context": ["https://www.w3.org/ns/activitystreams", {"x": long_ns}],
+                **{f"x:p{i}": "1" for i in range(12)}}
+    body = json.dumps(document).encode()
+    assert len(body) < 4096
+    answer = post(sender, hub, body)
+    assert answer.status_code == 413, answer.text
+    assert "LUCID_INBOX_MAX_BYTES" in answer.text
+    turtle = (f"@prefix x: <{long_ns}> .\n@prefix as: <https://www.w3.org/ns/activitystreams#> .\n"
+              "<urn:n> a as:Announce ; as:actor <urn:a> ; as:object <urn:o> ;\n"
+              + " ;\n".join(f"  x:p{i} x:o{i}" for i in range(12)) + " .\n").encode()
+    assert len(turtle) < 4096
+    answer = post(sender, hub, turtle, "text/turtle")
+    assert answer.status_code == 413, answer.text
+    assert stored(hub) == before

@@ -223,6 +223,23 @@ def test_updates_and_queries_longer_than_their_limits_are_413(tmp_path: Path) ->
         assert form.status_code == 413 and "LUCID_MAX_QUERY_BYTES" in form.text
 
 
+def test_an_update_whose_prefixes_expand_its_data_past_the_limit_is_413_and_writes_nothing(tmp_path: Path) -> None:
+    """A 900-byte update (under its 1,000-byte limit) whose prefix makes each of 30 statements
+    1,200 bytes long: what its DATA blocks parse into is bounded too (4x the limit)."""
+    env = {"LUCID_MAX_UPDATE_BYTES": "1000"}
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'l.db'}", env) as hub:
+        prefix = "PREFIX p: <http://example.org/" + "n" * 400 + "#> "
+        statements = " ".join(f"p:s p:p p:o{i} ." for i in range(30))
+        text = prefix + f"INSERT DATA {{ GRAPH <{W}> {{ {statements} }} }}"
+        assert len(text) < 1000
+        answer = update(hub.http, hub, text)
+        assert answer.status_code == 413, answer.text
+        assert "LUCID_MAX_UPDATE_BYTES" in answer.text and "parse into more than 4,000 bytes" in answer.text
+        assert W not in [g.iri for g in hub.runtime.archive.graphs()]
+        small = prefix + f"INSERT DATA {{ GRAPH <{W}> {{ p:s p:p p:o1 . }} }}"
+        assert update(hub.http, hub, small).status_code == 200
+
+
 # --- the time limit -----------------------------------------------------------------------------
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pyoxigraph as ox
 from lucid_hub.errors import PatchFormatError, UnsupportedRdfError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.statements import blank_labels
-from lucid_hub.rdf.syntax import has_triple_term, triple_term_error
+from lucid_hub.rdf.syntax import ParseBudget, has_triple_term, triple_term_error
 
 _BN = ox.BlankNode
 _HASH = attrgetter("hash")
@@ -191,13 +191,16 @@ class GraphMsgs:
 class GraphMsgsBuilder:
     """Accumulates the triples of one graph, then decomposes them into MSGs."""
 
-    def __init__(self, source: str = "<input>") -> None:
+    def __init__(self, source: str = "<input>", budget: ParseBudget | None = None) -> None:
         self.source = source
+        self.budget = budget
         self.ground: set[str] = set()
         self.blank: set[str] = set()
 
     def add(self, quad: ox.Quad, statement: str) -> None:
         """Add a triple given with its canonical statement (graph left out)."""
+        if self.budget is not None:
+            self.budget.spend(len(statement))
         # Hot path: the caller made one str() per quad; term objects are only touched
         # (each access allocates) when the text hints at a blank node or a triple term.
         if "_:" in statement or "<<(" in statement:
@@ -211,6 +214,16 @@ class GraphMsgsBuilder:
     def add_default_graph(self, quads: Iterable[ox.Quad]) -> GraphMsgsBuilder:
         """Add quads that are all in the default graph (as any triple syntax gives them)."""
         add, ground_add = self.add, self.ground.add
+        if self.budget is not None:  # (what add() spends, for the ground statements too)
+            spend = self.budget.spend
+            for q in quads:
+                statement = str(q)
+                if "_:" in statement or "<<(" in statement:
+                    add(q, statement)
+                else:
+                    spend(len(statement))
+                    ground_add(statement)
+            return self
         for q in quads:
             statement = str(q)
             if "_:" in statement or "<<(" in statement:
@@ -253,18 +266,19 @@ def unnamed_graph_statement(q: ox.Quad, default_graph: str | None, source: str) 
 
 def split_graphs(
     quads: Iterable[ox.Quad], default_graph: str | None, source: str = "<input>",
-    *, triples_only: bool = False,
+    *, triples_only: bool = False, budget: ParseBudget | None = None,
 ) -> dict[str, GraphMsgsBuilder]:
     """Builders per named graph; default-graph triples go to `default_graph`.
 
     `triples_only` promises that every quad is in the default graph (the input syntax has
     no graphs), which saves a term access per quad. Blank-node graph names cannot be
     published (a graph is named by an IRI), nor default-graph triples with no graph named.
+    Every statement is spent from `budget` (one for all the graphs) when one is given.
     """
     if triples_only:
         if default_graph is None:
             raise UnsupportedRdfError(f"{source}: holds triples; name their graph (--graph IRI)")
-        return {default_graph: GraphMsgsBuilder(source).add_default_graph(quads)}
+        return {default_graph: GraphMsgsBuilder(source, budget).add_default_graph(quads)}
     builders: dict[str, GraphMsgsBuilder] = {}
     for q in quads:
         g = q.graph_name
@@ -274,6 +288,6 @@ def split_graphs(
             name, statement = unnamed_graph_statement(q, default_graph, source)
         builder = builders.get(name)
         if builder is None:
-            builder = builders[name] = GraphMsgsBuilder(source)
+            builder = builders[name] = GraphMsgsBuilder(source, budget)
         builder.add(q, statement)
     return builders

@@ -3,6 +3,11 @@
 pyoxigraph keeps lexical forms untouched (`"01"^^xsd:integer` stays `"01"`); only
 language tags are lower-cased, as RDF says they are case-insensitive. Triple terms
 (RDF-star / RDF 1.2) are refused here, at the boundary, so no later step sees them.
+
+What parsing makes of a document is bounded as well as the document itself: RDF/XML is read
+only without a document type declaration (its entities expand 672 bytes into 100 MB), and a
+`ParseBudget` bounds the statements a body parses into (prefixes, `@vocab` and `xml:base`
+make long terms of short text).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import xml.parsers.expat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
@@ -17,7 +23,7 @@ from typing import IO, Any, cast
 import pyoxigraph as ox
 
 from lucid_hub import nesting
-from lucid_hub.errors import InputError, RdfSyntaxError, UnsupportedRdfError
+from lucid_hub.errors import InputError, InputTooLargeError, RdfSyntaxError, UnsupportedRdfError
 
 # Names and media types accepted on the command line and in HTTP content negotiation.
 FORMATS: dict[str, ox.RdfFormat] = {
@@ -34,6 +40,36 @@ FORMATS: dict[str, ox.RdfFormat] = {
 }
 
 _LINE_IN_MESSAGE = re.compile(r"line (\d+)", re.IGNORECASE)
+
+# What a body may parse into, in bytes of N-Triples text, for each byte of the body's limit:
+# N-Triples is 1x itself, Turtle and JSON-LD with prefixes measured 2-3x (docs/http-api.md).
+EXPANSION = 4
+
+
+class ParseBudget:
+    """The bytes of statements one body may parse into (`limit`), and what is spent.
+
+    Shared by every consumer of one body; `spend` raises InputTooLargeError (413) naming
+    the setting whose limit it is, once the statements made exceed it."""
+
+    def __init__(self, limit: int, what: str = "the request body", setting: str = "LUCID_MAX_BODY_BYTES") -> None:
+        self.limit = limit
+        self.left = limit
+        self.what = what
+        self.setting = setting
+
+    @classmethod
+    def for_body(cls, body_limit: int, what: str = "the request body",
+                 setting: str = "LUCID_MAX_BODY_BYTES") -> ParseBudget:
+        """The budget of a body whose raw bytes `body_limit` bounds."""
+        return cls(body_limit * EXPANSION, what, setting)
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise InputTooLargeError(
+                f"{self.what} parses into more than {self.limit:,} bytes of statements ({EXPANSION}x {self.setting}); "
+                "send fewer statements per request, or shorter prefixes and literals")
 
 
 def rdf_format(name: str) -> ox.RdfFormat:
@@ -69,20 +105,28 @@ def read_quads(
     base_iri: str | None = None,
     name: str = "<input>",
     check_terms: bool = True,
+    budget: ParseBudget | None = None,
 ) -> Iterator[ox.Quad]:
     """Parse a document into quads, streaming; errors name `name` and the line.
 
     A `Path` is read from disk. Triples come back as quads in the default graph.
     `check_terms=False` skips the triple-term check, for callers that make it themselves
-    on each quad's text (`has_triple_term`), which is cheaper.
+    on each quad's text (`has_triple_term`), which is cheaper. With a `budget`, each quad's
+    N-Quads text is spent from it (callers that write each statement out anyway spend
+    there instead: `rdf.msg.split_graphs`).
     """
     try:
         if fmt == ox.RdfFormat.JSON_LD:  # the one RDF syntax oxigraph parses recursively
             source = _bounded_json(source, name)
+        elif fmt == ox.RdfFormat.RDF_XML:
+            source = _xml_without_dtd(source, name)
+        parser: Iterator[ox.Quad]
         if isinstance(source, Path):
             parser = ox.parse(path=str(source), format=fmt, base_iri=base_iri)
         else:
             parser = ox.parse(source, format=fmt, base_iri=base_iri)
+        if budget is not None:
+            parser = _spending(parser, budget)
         if not check_terms:
             yield from parser
             return
@@ -107,6 +151,44 @@ def _bounded_json(source: bytes | str | IO[bytes] | Path, name: str) -> bytes | 
         source = source.read()
     nesting.check_json(source, name)
     return source
+
+
+def _spending(quads: Iterator[ox.Quad], budget: ParseBudget) -> Iterator[ox.Quad]:
+    spend = budget.spend
+    for quad in quads:
+        spend(len(str(quad)))
+        yield quad
+
+
+def _xml_without_dtd(source: bytes | str | IO[bytes] | Path, name: str) -> bytes:
+    """An RDF/XML document, read whole and checked with expat (the standard library's XML
+    parser) before oxigraph parses it: a document type declaration is refused wherever it
+    stands, and with it every entity declaration (internal entities expand exponentially,
+    external ones name files and URLs). RDF/XML needs neither; expat also refuses what is
+    not well-formed XML, which oxigraph's lenient reader would take (a DOCTYPE inside the
+    root element, a lower-case one)."""
+    if isinstance(source, Path):
+        data = source.read_bytes()
+    elif isinstance(source, str):
+        data = source.encode()
+    elif isinstance(source, bytes):
+        data = source
+    else:
+        data = source.read()
+    parser = xml.parsers.expat.ParserCreate()
+
+    def refuse(*_args: Any) -> None:
+        raise RdfSyntaxError(f"{name}: RDF/XML with a document type declaration (<!DOCTYPE>, <!ENTITY>) is "
+                             "not accepted: entities are not expanded here; write the values out")
+
+    parser.StartDoctypeDeclHandler = refuse
+    parser.EntityDeclHandler = refuse
+    parser.SetParamEntityParsing(xml.parsers.expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    try:
+        parser.Parse(data, True)
+    except xml.parsers.expat.ExpatError as exc:
+        raise RdfSyntaxError(f"{name}: not well-formed XML: {exc}") from None
+    return data
 
 
 def has_triple_term(quad: ox.Quad) -> bool:

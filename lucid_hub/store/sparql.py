@@ -26,11 +26,13 @@ from lucid_hub.config import Settings
 from lucid_hub.errors import (
     ConflictError,
     InputError,
+    InputTooLargeError,
     NotAcceptableError,
     QueryLimitExceeded,
     StoreError,
 )
 from lucid_hub.guard import Frame, GuardFailed, GuardProcess
+from lucid_hub.rdf.syntax import EXPANSION
 from lucid_hub.store.graphs import GraphStore
 
 WORKER = "lucid_hub.store.sparql_worker:handle"
@@ -54,6 +56,7 @@ class SparqlGuard:
         self.timeout = settings.sparql_timeout
         self.memory_mb = settings.sparql_memory_mb
         self.max_result_bytes = settings.max_result_bytes
+        self.max_data_bytes = settings.max_update_bytes * EXPANSION
         self.per_party = max(1, settings.sparql_workers // 2)
         self._workers: list[GuardProcess | None] = [None] * settings.sparql_workers
         self._idle = list(range(settings.sparql_workers))
@@ -150,8 +153,9 @@ class SparqlGuard:
         template reached, which are known only now, before it writes anything."""
         deadline = time.monotonic() + self.timeout
         with self._worker(party, deadline) as worker:
-            analysis = self._call(worker, Frame({"op": "analyse", "using": using, "using_named": using_named},
-                                                text.encode()), deadline, "update")
+            analysis = self._call(worker, Frame({"op": "analyse", "using": using, "using_named": using_named,
+                                                 "max_data_bytes": self.max_data_bytes}, text.encode()),
+                                  deadline, "update")
             authorize(list(analysis.header["targets"]))
             snapshot = self.store.snapshot()
             try:
@@ -170,6 +174,8 @@ def _error(header: dict[str, Any], what: str) -> Exception:
         return NotAcceptableError(message)
     if kind == "too-large":
         return QueryLimitExceeded(message)
+    if kind == "body-too-large":
+        return InputTooLargeError(message)
     if kind == "conflict":
         return ConflictError(message)
     if kind == "internal":

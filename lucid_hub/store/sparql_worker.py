@@ -311,6 +311,22 @@ def _writes(op: CompValue) -> tuple[set[str], bool]:
     return targets, dynamic
 
 
+def _check_data_size(ops: list[CompValue], limit: int | None) -> None:
+    """DATA blocks parse into at most `limit` bytes of statements: PREFIX and BASE make
+    long terms of short text, and this is what the update's text limit is for."""
+    if limit is None:
+        return
+    spent = 0
+    for op in ops:
+        if op.name in ("InsertData", "DeleteData"):
+            for triples in [op.triples, *op.quads.values()]:
+                spent += sum(len(term) + 4 for triple in triples for term in triple)
+                if spent > limit:
+                    raise Refused("body-too-large", f"the update's DATA blocks parse into more than {limit:,} bytes "
+                                                    "of statements (4x LUCID_MAX_UPDATE_BYTES); send fewer "
+                                                    "statements per update, or shorter prefixes and literals")
+
+
 def _analyse(request: Frame) -> Frame:
     header = request.header
     text = request.body.decode("utf-8")
@@ -320,6 +336,7 @@ def _analyse(request: Frame) -> Frame:
         raise _syntax(exc, "update") from None
     _refuse_service(parsed)
     ops = _translate(parsed, header.get("base"))
+    _check_data_size(ops, header.get("max_data_bytes"))
     using = [("default", g) for g in header.get("using") or []]
     using += [("named", g) for g in header.get("using_named") or []]
     targets: set[str] = set()

@@ -18,6 +18,7 @@ import pyoxigraph as ox
 
 from lucid_hub import nesting
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
+from lucid_hub.rdf.syntax import ParseBudget, read_quads
 
 # The namespace the AS 2.0 context maps to, and the one its specification writes; senders
 # use both, and so does this hub's own stream vocabulary (https).
@@ -97,9 +98,11 @@ def _context(value: Any) -> Any:
     return _local_contexts(value)
 
 
-def parse_notification(body: bytes, media_type: str, base: str, max_statements: int) -> list[ox.Triple]:
+def parse_notification(body: bytes, media_type: str, base: str, max_statements: int,
+                       max_bytes: int) -> list[ox.Triple]:
     """A notification's statements; 415 for a syntax not accepted, 400 for a body that is not
-    one RDF graph of at most `max_statements` statements."""
+    one RDF graph of at most `max_statements` statements, 413 for one that parses into more
+    than a notification of `max_bytes` may (`ParseBudget.for_body`)."""
     fmt = FORMATS.get(media_type)
     if fmt is None:
         raise UnsupportedMediaTypeError(f"Content-Type {media_type or '(none)'} is not accepted; send one of "
@@ -108,15 +111,14 @@ def parse_notification(body: bytes, media_type: str, base: str, max_statements: 
         document = nesting.loads(body, "notification")
         body = json.dumps(_local_contexts(document)).encode()
     triples: list[ox.Triple] = []
-    try:
-        for quad in ox.parse(body, format=fmt, base_iri=base):
-            if not isinstance(quad.graph_name, ox.DefaultGraph):
-                raise InputError("a notification is one graph: named graphs are not accepted")
-            triples.append(quad.triple)
-            if len(triples) > max_statements:
-                raise InputError(f"a notification holds at most {max_statements:,} statements")
-    except SyntaxError as exc:
-        raise InputError(f"the notification is not valid {media_type}: {' '.join(str(exc).split())[:300]}") from None
+    budget = ParseBudget.for_body(max_bytes, "the notification", "LUCID_INBOX_MAX_BYTES")
+    for quad in read_quads(body, fmt, base_iri=base, name=f"the notification is not valid {media_type}",
+                           budget=budget):
+        if not isinstance(quad.graph_name, ox.DefaultGraph):
+            raise InputError("a notification is one graph: named graphs are not accepted")
+        triples.append(quad.triple)
+        if len(triples) > max_statements:
+            raise InputError(f"a notification holds at most {max_statements:,} statements")
     if not triples:
         raise InputError("the notification is empty")
     return triples

@@ -104,7 +104,7 @@ class Inbox:
             raise AlreadyReceived(f"this notification was received before: {self.url_of(seen)}", self.url_of(seen))
         self.limiter.take(sender)
         ident = str(uuid.uuid4())
-        triples = parse_notification(body, media_type, self.url_of(ident), MAX_STATEMENTS)
+        triples = parse_notification(body, media_type, self.url_of(ident), MAX_STATEMENTS, self.max_bytes)
         found = activities(triples)
         if not found:
             raise ConstraintsUnmet("the notification holds no ActivityStreams activity with an actor and an "

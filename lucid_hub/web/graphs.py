@@ -17,7 +17,7 @@ from lucid_hub.publish import Precondition, Unchanged
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import ntriples, statement_quads
-from lucid_hub.rdf.syntax import serialize
+from lucid_hub.rdf.syntax import ParseBudget, serialize
 from lucid_hub.store.graphs import check_no_skolem
 from lucid_hub.streams.ldes import LDP, LH, Urls
 from lucid_hub.web.authz import author, authorized_graph, readable_graph, require_graph
@@ -86,7 +86,8 @@ def _body_msgs(graph: str) -> GraphMsgs:
         raise UnsupportedMediaTypeError("multipart bodies are not accepted: send one RDF document per request "
                                         "(docs/http-api.md)")
     with gcpause.paused_for_bytes(request.content_length or 0):  # a large body: collection paused while read
-        builders = split_graphs(body_quads(graph), graph, "request body")
+        budget = ParseBudget.for_body(runtime().settings.max_body_bytes)
+        builders = split_graphs(body_quads(graph), graph, "request body", budget=budget)
         other = sorted(set(builders) - {graph})
         if other:
             raise InputError(f"request body holds graph <{other[0]}>; /graphs?graph=<{graph}> takes its triples only")
