@@ -24,6 +24,11 @@ from typing import IO, Any
 
 # Seconds a new guard process may take to start (interpreter, imports), apart from the work.
 STARTUP_TIMEOUT = 60.0
+# What a handler raises when the content it was sent cannot be evaluated (an invalid term a
+# query builds, a language tag, a lone surrogate): reported as "unprocessable", which the hub
+# answers with a 4xx, never as the worker's own failure. The guard's workers evaluate hostile
+# text on read-only copies, so such an error cannot have left anything half done.
+EVALUATION_ERRORS = (ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError)
 
 
 @dataclass
@@ -192,6 +197,9 @@ def serve(target: str) -> None:
             return
         try:
             answer: Frame = handle(request)
+        except EVALUATION_ERRORS as exc:  # the request's content could not be evaluated: its sender's to mend
+            answer = Frame({"status": "error", "kind": "unprocessable",
+                            "message": f"it could not be evaluated: {type(exc).__name__}: {exc}"})
         except Exception as exc:  # reported to the parent, which raises its own error
             answer = Frame({"status": "error", "kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
         stdout.write(answer.encode())

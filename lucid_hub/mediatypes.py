@@ -142,6 +142,13 @@ class EntityTags:
             raise ValueError("no entity tag given")
         return cls(False, frozenset(strong), frozenset(weak))
 
+    def versions(self) -> EntityTags:
+        """The tags as the versions they name: a representation's suffix (`;media/type`, see
+        `representation_tag`) taken off, so that a write's If-Match may carry the tag of any
+        representation of the version it read."""
+        return EntityTags(self.any, frozenset(t.split(";", 1)[0] for t in self.strong),
+                          frozenset(t.split(";", 1)[0] for t in self.weak))
+
     def match_strong(self, current: str | None) -> bool:
         """If-Match (strong comparison): `current` is the resource's opaque tag, None when
         it has no current representation."""
@@ -154,6 +161,13 @@ class EntityTags:
         if current is None:
             return False
         return self.any or current in self.strong or current in self.weak
+
+
+def representation_tag(version: str, media_type: str, default: str) -> str:
+    """The strong entity tag of one representation of a version (RFC 9110 §8.8.3.3: strong
+    validators differ per representation): the version itself for the default media type,
+    `version;media/type` for the others."""
+    return version if media_type == default else f"{version};{media_type}"
 
 
 def etag(opaque: str) -> str:

@@ -53,7 +53,8 @@ def connect(acme: HubProcess, globex: HubProcess) -> None:
 
 
 def published_head(hub: HubProcess) -> str:
-    return str(hub.call("GET", "/graphs", params={"graph": G}).headers["ETag"].strip('"'))
+    return str(hub.call("GET", "/graphs", params={"graph": G}, headers={"Accept": "application/n-triples"}
+                        ).headers["ETag"].strip('"'))
 
 
 def head_of(hub: HubProcess) -> str | None:

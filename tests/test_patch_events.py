@@ -5,12 +5,13 @@ request, access and bad input."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import requests
 
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
-from tests.conftest import RunningHub
+from tests.conftest import RunningHub, running_hub
 from tests.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
 
 
@@ -115,3 +116,57 @@ def test_a_standard_sse_client_reads_and_resumes_every_stream(hub: RunningHub) -
     hub.runtime.windows.evaluate_due()
     element = first("/windows/w/events", headers={"Last-Event-ID": "-1"})
     assert (element.event, element.id) == ("result", "0") and json.loads(element.data)["windowEnd"] == 4
+
+
+def test_open_push_channels_end_when_the_readers_access_is_withdrawn(tmp_path: Path) -> None:
+    """Each event of a push channel is a read: a party whose access is withdrawn while its
+    channel is open gets an `ended` event instead of the next patch (patch stream, LDES events),
+    its inbox channel ends at the next keep-alive (15 s: nothing else is sent to it), and a
+    sender no longer reads its own notification. SQLite only: the inbox channel's wait is long."""
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
+        _channels_end_when_access_is_withdrawn(hub)
+
+
+def _channels_end_when_access_is_withdrawn(hub: RunningHub) -> None:
+    import threading
+
+    from lucid_hub.policy.model import Condition
+
+    rt = hub.runtime
+    put(hub, ORDERS, ORDERS_NT)
+    rt.policies.create([Condition("urn:c:orders", requiresGroup=("buyers",), readGraph=(ORDERS,))], "admin")
+    buyer = hub.session(hub.token("buyer", groups=("buyers",)))
+    sent = buyer.post(f"{hub.url}/inbox", params={"graph": ORDERS}, headers={"Content-Type": "application/ld+json"},
+                      data=json.dumps({"@context": "https://www.w3.org/ns/activitystreams", "type": "Announce",
+                                       "actor": "urn:buyer", "object": "urn:o"}))
+    assert sent.status_code == 201, sent.text
+    assert buyer.get(sent.headers["Location"]).status_code == 200
+    channels = {"/patches/events": {"graph": ORDERS}, "/streams/events": {"graph": ORDERS},
+                "/inbox/events": {"graph": ORDERS}}
+    seen: dict[str, list[str]] = {path: [] for path in channels}
+    opened = {path: threading.Event() for path in channels}
+
+    def read(path: str) -> None:
+        with buyer.get(f"{hub.url}{path}", params=channels[path], stream=True, timeout=30) as answer:
+            assert answer.status_code == 200
+            for line in answer.iter_lines(decode_unicode=True):
+                opened[path].set()
+                seen[path].append(line)
+                if line.startswith("event: ended"):
+                    return
+
+    readers = [threading.Thread(target=read, args=(path,), daemon=True) for path in channels]
+    for reader in readers:
+        reader.start()
+    for event in opened.values():
+        assert event.wait(30)
+    rt.policies.delete("urn:c:orders", "admin")
+    update(hub, status("o1", "open", "packed"))  # a patch for the open patch channels
+    for reader in readers:
+        reader.join(30)
+        assert not reader.is_alive()
+    for path, lines in seen.items():
+        assert any(line.startswith("event: ended") for line in lines), (path, lines)
+        assert not any(line.startswith(("event: patch", "event: members", "event: notification")) for line in lines), (
+            path, lines)
+    assert buyer.get(sent.headers["Location"]).status_code == 403

@@ -77,9 +77,13 @@ def test_post_without_a_graph_creates_one_and_locates_it(hub: RunningHub) -> Non
     assert created.status_code == 201, created.text
     graph = created.json()["graph"]
     assert graph.startswith(f"{hub.url}/graphs/")
-    assert created.headers["Location"] == f"{hub.url}/graphs?graph={quote(graph, safe='')}"
+    # GSP §5.5: Location is the new graph's IRI, its own URL here (direct identification)
+    assert created.headers["Location"] == graph
     content = hub.http.get(created.headers["Location"], headers={"Accept": "application/n-triples"}, timeout=30)
     assert content.status_code == 200 and content.text == V1
+    indirect = hub.http.get(f"{hub.url}/graphs?graph={quote(graph, safe='')}", headers={"Accept": "application/n-triples"},
+                            timeout=30)
+    assert indirect.status_code == 200 and indirect.text == V1
     empty = hub.http.post(f"{hub.url}/graphs", data=b"", headers=NT, timeout=30)
     assert empty.status_code == 400 and "at least one triple" in empty.text
     reader = hub.session(hub.token("reader", ("partner",), ("graphs:read", "graphs:write")))
@@ -160,3 +164,77 @@ def test_turtle_and_trig_round_trip_every_lexical_form_through_rdflib(hub: Runni
         read = {str(q.object) for q in ox.parse(text.encode(), format=ox.RdfFormat.from_media_type(fmt))
                 if q.predicate.value == "http://ex/n"}
         assert read == expected
+
+
+REPRESENTATIONS = ["text/turtle", "application/trig", "application/n-quads", "application/n-triples",
+                   "application/ld+json"]
+
+
+def test_each_representation_has_its_own_strong_entity_tag(hub: RunningHub) -> None:
+    """RFC 9110 §8.8.1 and §8.8.3.3: one strong validator per representation. The reproduction:
+    a JSON-LD request with the Turtle tag in If-None-Match got 304 (a cache would hand Turtle
+    to a JSON-LD client). Each syntax validates only itself; a write's If-Match may carry the
+    tag of any representation of the version it read."""
+    version = put(hub, V1).json()["version"]
+    tags = {}
+    for media_type in REPRESENTATIONS:
+        answer = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": media_type}, timeout=30)
+        assert answer.status_code == 200 and answer.headers["Content-Type"].startswith(media_type)
+        assert answer.headers["Vary"] == "Accept"
+        tags[media_type] = answer.headers["ETag"]
+    assert len(set(tags.values())) == len(REPRESENTATIONS), tags
+    assert tags["application/n-triples"] == f'"{version}"'  # the line-based form names the version itself
+    for asked in REPRESENTATIONS:
+        for cached, tag in tags.items():
+            answer = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, timeout=30,
+                                  headers={"Accept": asked, "If-None-Match": tag})
+            assert answer.status_code == (304 if cached == asked else 200), (asked, cached, answer.status_code)
+            if answer.status_code == 200:
+                assert answer.headers["Content-Type"].startswith(asked) and answer.content
+    written = put(hub, V2, **{"If-Match": tags["application/ld+json"]})  # the version it names, from any syntax
+    assert written.status_code == 200, written.text
+    stale = put(hub, V1, **{"If-Match": tags["text/turtle"]})
+    assert stale.status_code == 412
+    versions = [hub.http.get(f"{hub.url}/graphs", params={"graph": G, "version": version}, timeout=30,
+                             headers={"Accept": media_type}).headers["ETag"] for media_type in REPRESENTATIONS]
+    assert versions == [tags[m] for m in REPRESENTATIONS]  # an old version's representations: the same tags
+
+
+def test_a_deleted_graph_is_gone_until_it_is_written_again(hub: RunningHub) -> None:
+    """GSP §5.4 (W3C get_of_delete__existing_graph, delete__nonexistent_graph): after DELETE the
+    graph is 404 and a second DELETE too; its history stays in the archive and at ?version=;
+    a PUT creates it again (201), even with the content it had. SPARQL's DROP GRAPH deletes it
+    the same way, CREATE GRAPH makes it again (and is no conflict), CLEAR keeps it, empty."""
+    from tests.test_sparql import update
+
+    first = put(hub, V1).json()["version"]
+    assert hub.http.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30).status_code == 200
+    gone = hub.http.get(f"{hub.url}/graphs", params={"graph": G}, timeout=30)
+    assert gone.status_code == 404 and "deleted" in gone.text
+    assert hub.http.head(f"{hub.url}/graphs", params={"graph": G}, timeout=30).status_code == 404
+    assert hub.http.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30).status_code == 404
+    old = hub.http.get(f"{hub.url}/graphs", params={"graph": G, "version": first}, headers={"Accept": "application/n-triples"})
+    assert old.status_code == 200 and old.text == V1
+    assert len(hub.http.get(f"{hub.url}/patches", params={"graph": G}, headers={"Accept": "application/json"}
+                            ).json()["patches"]) == 2
+    again = put(hub, V1)
+    assert again.status_code == 201, again.text
+    assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": "application/n-triples"}).text == V1
+    # deleted while empty, then PUT empty again: no patch either time, gone and back all the same
+    assert hub.http.delete(f"{hub.url}/graphs", params={"graph": G}).status_code == 200
+    assert put(hub, "").status_code == 201
+    assert hub.http.delete(f"{hub.url}/graphs", params={"graph": G}).status_code == 200
+    assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}).status_code == 404
+    assert put(hub, "").status_code == 201
+    assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": "application/n-triples"}).text == ""
+    # SPARQL Update: DROP deletes, CREATE makes again, CLEAR empties
+    assert update(hub.http, hub, f"DROP GRAPH <{G}>").status_code == 200
+    assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}).status_code == 404
+    created = update(hub.http, hub, f"CREATE GRAPH <{G}>")
+    assert created.status_code == 200, created.text
+    assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}, headers={"Accept": "application/n-triples"}).text == ""
+    assert update(hub.http, hub, f"CREATE GRAPH <{G}>").status_code == 409  # now it exists
+    put(hub, V2)
+    assert update(hub.http, hub, f"CLEAR GRAPH <{G}>").status_code == 200
+    assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}).status_code == 200
+    assert_consistent(hub.runtime)

@@ -133,7 +133,8 @@ def test_post_merges_and_delete_drops(hub: RunningHub) -> None:
                            data=b'<http://ex/kpi9> <http://ex/unit> "h" .\n<http://ex/kpi1> <http://ex/unit> "days" .\n')
     assert merged.json()["added"] == 1 and merged.json()["removed"] == 0
     dropped = hub.http.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30)
-    assert dropped.json()["removed"] == 4 and get_nt(hub).text == ""
+    assert dropped.json()["removed"] == 4 and get_nt(hub).status_code == 404  # gone (GSP §5.4), its history kept
+    assert len(hub.runtime.archive.history(G)) == 3
     assert_consistent(hub.runtime)
 
 

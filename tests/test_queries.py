@@ -544,3 +544,32 @@ def test_a_triple_two_default_graphs_hold_counts_twice_and_is_evaluated_not_deri
     [gone_named] = notifications(hub, hub.http, named["notification"]["spuid"], after=0)["notifications"]
     assert rows(gone_named["notification"]["removedResults"]) == [{"s": f"{EX}x"}]
     assert service.delta_fallbacks == 0
+
+
+def test_stored_notifications_are_not_served_once_access_is_withdrawn(orders_hub: RunningHub) -> None:
+    """Notifications made while the party could read the graph are not handed out after its
+    access was withdrawn, by any channel: REST lists none (the subscription ended, and says why),
+    Server-Sent Events end, a WebSocket resume gets the end, not the notifications."""
+    import websocket
+
+    hub = orders_hub
+    rt = hub.runtime
+    rt.policies.create([Condition("urn:c:orders", requiresGroup=("buyers",), readGraph=(ORDERS,))], "admin")
+    token = hub.token("buyer", groups=("buyers",))
+    buyer = hub.session(token)
+    spuid = subscribe(hub, buyer, MINE)["notification"]["spuid"]
+    update(hub, status("o1", "open", "packed"))
+    settle(hub)
+    assert len(notifications(hub, buyer, spuid)["notifications"]) == 2
+    rt.policies.delete("urn:c:orders", "admin")  # and no patch since: nothing ended the subscription yet
+    listed = notifications(hub, buyer, spuid)
+    assert listed["notifications"] == [] and listed["state"] == "ended" and "may no longer read" in listed["reason"]
+    events = buyer.get(f"{hub.url}/subscriptions/{spuid}/events", headers={"Last-Event-ID": "-1"}, timeout=30).text
+    assert "event: notification" not in events and "event: ended" in events and "withdrawn" in events
+    ws = websocket.create_connection(ws_url(hub), timeout=30, header=[f"Authorization: Bearer {token}"])
+    try:
+        ws.send(json.dumps({"resume": {"spuid": spuid, "sequence": -1}}))
+        answer = json.loads(ws.recv())
+    finally:
+        ws.close()
+    assert "notification" not in answer and answer["status_code"] == 410 and "withdrawn" in answer["error_description"]

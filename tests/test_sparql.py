@@ -404,3 +404,35 @@ def test_sparqlwrapper_and_rdflib_sparqlstore_work_unchanged(hub: RunningHub) ->
     graph.add((rdflib.URIRef("urn:added"), rdflib.URIRef("urn:v"), rdflib.Literal("by rdflib")))
     assert '<urn:added> <urn:v> "by rdflib" .' in content(hub, W)
     assert_consistent(hub.runtime)
+
+
+def test_relative_iris_resolve_against_the_service_and_client_mistakes_are_never_5xx(hub: RunningHub,
+                                                                                    caplog: Any) -> None:
+    """SPARQL 1.1 Query §4.1.1.1: relative IRIs resolve against a base the service supplies,
+    its own URL (/sparql). What an update's evaluation makes of a client's text that is not
+    RDF (an IRI with a space, a bad language tag, a lone surrogate) is a 4xx, not the worker's
+    failure; and IRI() in an update's WHERE resolves against the same base."""
+    import logging
+
+    built = hub.http.get(f"{hub.url}/sparql", params={"query": "CONSTRUCT { <s> <p> 1 } WHERE {}"},
+                         headers={"Accept": "application/n-triples"})
+    assert built.status_code == 200, built.text
+    assert built.text.startswith(f"<{hub.url}/s> <{hub.url}/p> ")
+    inserted = update(hub.http, hub, f"INSERT DATA {{ GRAPH <{W}> {{ <urn:s> <urn:p> <test> }} }}")
+    assert inserted.status_code == 200, inserted.text
+    assert content(hub, W) == {f"<urn:s> <urn:p> <{hub.url}/test> ."}
+    subscribed = hub.http.post(f"{hub.url}/subscriptions", json={"sparql": "SELECT ?s WHERE { GRAPH ?g { ?s ?p <test> } }"})
+    assert subscribed.status_code == 201, subscribed.text  # a continuous query resolves against the same base
+    assert subscribed.json()["notification"]["addedResults"]["results"]["bindings"] == [
+        {"s": {"type": "uri", "value": "urn:s"}}]
+    made = update(hub.http, hub, f'INSERT {{ GRAPH <{W}> {{ <urn:s> <urn:q> ?o }} }} WHERE {{ BIND(IRI("x/y") AS ?o) }}')
+    assert made.status_code == 200, made.text
+    assert f"<urn:s> <urn:q> <{hub.url}/x/y> ." in content(hub, W)
+    with caplog.at_level(logging.ERROR, logger="lucid_hub"):
+        for text in (f'INSERT {{ GRAPH <{W}> {{ <urn:s> <urn:p> ?o }} }} WHERE {{ BIND(IRI("a b") AS ?o) }}',
+                     f'INSERT {{ GRAPH <{W}> {{ <urn:s> <urn:p> ?o }} }} WHERE {{ BIND(STRLANG("x", "-x-") AS ?o) }}',
+                     f'INSERT DATA {{ GRAPH <{W}> {{ <urn:s> <urn:p> "\\uD800" }} }}'):
+            answer = update(hub.http, hub, text)
+            assert answer.status_code == 400 and "could not be evaluated" in answer.text, (text, answer.text)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert_consistent(hub.runtime)

@@ -231,3 +231,89 @@ def test_replayed_requests_change_nothing_twice(orders_hub: RunningHub) -> None:
         gone = hub.http.delete(f"{hub.url}/subscriptions/{spuid}")
         assert gone.status_code == 200 and gone.json() == {"unsubscribed": {"spuid": spuid}}
     assert hub.runtime.queries.state(spuid)[:2] == ("ended", "unsubscribed")
+
+
+def test_results_and_replays_are_not_served_once_access_is_withdrawn(orders_hub: RunningHub) -> None:
+    """The reproduction: a count window with state, access withdrawn, the graph written after.
+    The stored element is no longer listed (the query has ended, and says why), its replay is
+    refused (403), the event stream ends and a WebSocket observer gets no result."""
+    import websocket
+
+    hub = orders_hub
+    rt = hub.runtime
+    rt.policies.create([Condition("urn:c:orders", requiresGroup=("buyers",), readGraph=(ORDERS,))], "admin")
+    token = hub.token("buyer", groups=("buyers",))
+    buyer = hub.session(token)
+    assert register(hub, buyer, "kpi-dashboard", sparql=STATE, range=1, step=1, state=True).status_code == 201
+    update(hub, status("o1", "open", "shipped"))
+    rt.windows.evaluate_due()
+    assert [counts(e)["all"] for e in buyer.get(f"{hub.url}/windows/kpi-dashboard/results").json()["results"]] == [1]
+    rt.policies.delete("urn:c:orders", "admin")
+    update(hub, status("o2", "open", "shipped"))  # written after the withdrawal
+    replay = buyer.get(f"{hub.url}/windows/kpi-dashboard/results/0/replay")
+    assert replay.status_code == 403 and "may no longer read" in replay.text and ORDERS in replay.text
+    listed = buyer.get(f"{hub.url}/windows/kpi-dashboard/results", params={"after": -1}).json()
+    assert listed["results"] == [] and listed["state"] == "ended" and "may no longer read" in listed["reason"]
+    events = buyer.get(f"{hub.url}/windows/kpi-dashboard/events", headers={"Last-Event-ID": "-1"}, timeout=30).text
+    assert "event: result" not in events and "event: ended" in events and "withdrawn" in events
+    described = buyer.get(f"{hub.url}/windows/kpi-dashboard").json()  # its owner still sees why it ended
+    assert described["state"] == "ended" and "withdrawn" in described["reason"]
+    ws = websocket.create_connection(hub.url.replace("http", "ws", 1) + "/subscribe", timeout=30,
+                                     header=[f"Authorization: Bearer {token}"])
+    try:
+        ws.send(json.dumps({"observe": {"window": "kpi-dashboard", "sequence": -1}}))
+        answers = [json.loads(ws.recv()) for _ in range(2)]
+    finally:
+        ws.close()
+    assert not any("result" in a for a in answers), answers
+    assert answers[1]["status_code"] == 410 and "withdrawn" in answers[1]["error_description"], answers
+
+
+def test_a_count_window_replay_reads_each_graph_as_it_was_at_the_windows_end(orders_hub: RunningHub) -> None:
+    """A graph without a patch in the window is read at its version before the window's end
+    (here: none yet), not at its latest one: the replay equals the element, whatever came later."""
+    hub = orders_hub
+    other = EX + "g/other"
+    query = f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH <{other}> {{ ?s ?p ?o }} }}"
+    created = hub.http.put(f"{hub.url}/windows/both", json={"graphs": [ORDERS, other], "sparql": query,
+                                                           "range": 1, "step": 1, "state": True})
+    assert created.status_code == 201, created.text
+    update(hub, status("o1", "open", "packed"))
+    hub.runtime.windows.evaluate_due()
+    put(hub, other, "".join(f"<{EX}s{i}> <{EX}p> <{EX}o> .\n" for i in range(3)))
+    hub.runtime.windows.evaluate_due()
+    elements = results(hub, "both")
+    assert [counts(e)["all"] for e in elements] == [0, 3]
+    for element in elements:
+        replayed = hub.http.get(f"{hub.url}/windows/both/results/{element['sequence']}/replay").json()
+        assert replayed == element
+
+
+def test_names_are_each_partys_own(orders_hub: RunningHub, callback: Any) -> None:
+    """The reproduction: one party's `PUT /windows/kpi-dashboard` answered another 409. Names
+    are scoped to the party that chose them: two parties hold the same name, each sees,
+    evaluates, observes and deletes only its own, and nothing tells one of the other's."""
+    hub = orders_hub
+    rt = hub.runtime
+    rt.policies.create([Condition("urn:c:orders", requiresGroup=("buyers",), readGraph=(ORDERS,))], "admin")
+    first, second = (hub.session(hub.token(name, groups=("buyers",))) for name in ("first", "second"))
+    assert register(hub, first, "kpi-dashboard", sparql=CHANGES, range=1, step=1).status_code == 201
+    taken = register(hub, second, "kpi-dashboard", sparql=STATE, range=2, step=2)
+    assert taken.status_code == 201, taken.text
+    assert taken.headers["Location"].endswith("/windows/kpi-dashboard")
+    assert first.get(f"{hub.url}/windows/kpi-dashboard").json()["range"] == "1"
+    assert second.get(f"{hub.url}/windows/kpi-dashboard").json()["range"] == "2"
+    again = register(hub, first, "kpi-dashboard", sparql=CHANGES, range=1, step=1)
+    assert again.status_code == 409 and "of yours" in again.text  # its own name, still once per party
+    update(hub, status("o1", "open", "packed"))
+    rt.windows.evaluate_due()
+    mine = first.get(f"{hub.url}/windows/kpi-dashboard/results").json()["results"]
+    theirs = second.get(f"{hub.url}/windows/kpi-dashboard/results").json()["results"]
+    assert [e["windowEnd"] for e in mine] == [2] and theirs == []  # the second's window ends at 3
+    assert mine[0]["query"] == "kpi-dashboard"
+    assert first.delete(f"{hub.url}/windows/kpi-dashboard").status_code == 200
+    assert first.get(f"{hub.url}/windows/kpi-dashboard").status_code == 404
+    assert second.get(f"{hub.url}/windows/kpi-dashboard").json()["state"] == "active"
+    update(hub, status("o1", "packed", "shipped"))
+    rt.windows.evaluate_due()
+    assert [e["windowEnd"] for e in second.get(f"{hub.url}/windows/kpi-dashboard/results").json()["results"]] == [3]

@@ -123,6 +123,23 @@ class Archive:
         with self.db.engine.connect() as conn:
             return conn.execute(select(Graph.iri).where(Graph.iri == graph)).first() is not None
 
+    def deleted(self, graph: str) -> bool:
+        """Whether the graph was deleted from the Graph Store and not written since (its
+        history stays); False for an unknown graph."""
+        with self.db.engine.connect() as conn:
+            row = conn.execute(select(Graph.head, Graph.dropped).where(Graph.iri == graph)).first()
+        return row is not None and row.dropped is not None and row.dropped == (row.head or "")
+
+    def mark_deleted(self, graph: str, version: str | None) -> None:
+        """The graph was deleted at `version` (a later patch brings it back by moving the head)."""
+        with self.db.session() as session:
+            session.execute(update(Graph).where(Graph.iri == graph).values(dropped=version or ""))
+
+    def restore(self, graph: str) -> None:
+        """The graph is written again without a change of content (a PUT of what it held)."""
+        with self.db.session() as session:
+            session.execute(update(Graph).where(Graph.iri == graph).values(dropped=None))
+
     def graphs(self) -> list[Graph]:
         with self.db.session() as session:
             return list(session.scalars(select(Graph).order_by(Graph.iri)))

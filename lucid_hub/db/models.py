@@ -35,6 +35,9 @@ class Graph(Base):
     iri: Mapped[str] = mapped_column(IRI, primary_key=True)
     head: Mapped[str | None] = mapped_column(PATCH_ID)
     length: Mapped[int] = mapped_column(Integer, default=0)  # patches in the chain
+    # Deleted from the Graph Store (DELETE, DROP GRAPH) at this version ("" before any patch): the
+    # graph is gone while its head is still that version; its history stays in the archive.
+    dropped: Mapped[str | None] = mapped_column(PATCH_ID)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -275,11 +278,15 @@ class QueryNotification(Base):
 
 
 class WindowedQuery(Base):
-    """A named continuous query over windows of the patch stream (C-SPARQL's model)."""
+    """A named continuous query over windows of the patch stream (C-SPARQL's model). Its name
+    is its owner's choice, unique among that party's queries only; `id` is the hub's key (for
+    queries made before names were scoped, the name itself)."""
 
     __tablename__ = "windowed_queries"
+    __table_args__ = (UniqueConstraint("account", "name", name="uq_windowed_queries_account_name"),)
 
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
     account: Mapped[str] = mapped_column(String(255), index=True)
     endpoint_id: Mapped[str] = mapped_column(String(255))
     groups: Mapped[str] = mapped_column(String(4096), default="")
@@ -311,7 +318,7 @@ class WindowedResult(Base):
 
     __tablename__ = "windowed_results"
 
-    query: Mapped[str] = mapped_column(String(64), ForeignKey("windowed_queries.name", ondelete="CASCADE"),
+    query: Mapped[str] = mapped_column(String(64), ForeignKey("windowed_queries.id", ondelete="CASCADE"),
                                        primary_key=True)
     sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
     body: Mapped[str] = mapped_column(Text)

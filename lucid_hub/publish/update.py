@@ -35,7 +35,7 @@ _SKOLEM = re.compile(r"<urn:lucid-hub:bnode:([0-9a-f]+)\.(\d+)>")
 
 def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: Party, readable: list[str],
                may_write: Callable[[str], None], author: str, message: str, using: list[str] | None = None,
-               using_named: list[str] | None = None) -> list[Patch]:
+               using_named: list[str] | None = None, base: str | None = None) -> list[Patch]:
     """Evaluate and publish an update; the patches made (none if it changed nothing).
 
     `may_write(graph)` raises unless the caller may write the graph: it is asked for every
@@ -44,18 +44,29 @@ def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: P
         for graph in graphs:
             may_write(graph)
 
+    archive = publisher.archive
     for _attempt in range(UPDATE_ATTEMPTS):
-        edits = sparql.update(text, party=party, readable=readable, authorize=authorize, using=using,
-                              using_named=using_named)
+        outcome = sparql.update(text, party=party, readable=readable, authorize=authorize, using=using,
+                                using_named=using_named, base=base,
+                                absent=lambda graphs: [g for g in graphs if archive.deleted(g)])
+        edits = outcome.graphs
         authorize(sorted(edits))  # GRAPH ?g templates: graphs known only now
         for edit in edits.values():  # the store's own terms: only its blank nodes, as read
             check_no_skolem((_SKOLEM.sub("", s) for s in edit.added), "the update")
         changes = {graph: _computer(graph, edit, publisher.canonicalizer) for graph, edit in edits.items()}
         try:
-            return publisher.publish_all(changes, {g: e.version for g, e in edits.items()}, author=author,
-                                         message=message)
+            patches = publisher.publish_all(changes, {g: e.version for g, e in edits.items()}, author=author,
+                                            message=message)
         except StaleChange:
             continue
+        # The Graph Store's view: DROP GRAPH deletes a graph, CREATE and any write make it again.
+        for graph in outcome.written:
+            if archive.deleted(graph):
+                archive.restore(graph)
+        for graph in outcome.dropped:
+            if archive.exists(graph):
+                archive.mark_deleted(graph, archive.current_head(graph))
+        return patches
     raise ConflictError(f"the graphs changed while the update was evaluated, {UPDATE_ATTEMPTS} times; retry it")
 
 

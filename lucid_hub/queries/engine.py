@@ -63,8 +63,10 @@ class QueryEngine:
 
     worker_target = WORKER  # the guard's entry point (the rules' worker extends this one)
 
-    def __init__(self, store: GraphStore, memory_mb: int, budget: float, max_result_bytes: int) -> None:
+    def __init__(self, store: GraphStore, memory_mb: int, budget: float, max_result_bytes: int,
+                 base: str | None = None) -> None:
         self.store = store
+        self.base = base  # what relative IRIs in a query resolve against
         self.memory_mb = memory_mb
         self.budget = budget
         self.max_result_bytes = max_result_bytes
@@ -102,8 +104,8 @@ class QueryEngine:
     def _restore(self) -> None:
         """Register again, in a new worker, what the last one held."""
         for sid, (text, readable, default, named) in list(self._registered.items()):
-            self._call({"op": "register", "id": sid, "readable": readable, "default": default, "named": named},
-                       text.encode())
+            self._call({"op": "register", "id": sid, "readable": readable, "default": default, "named": named,
+                        "base": self.base}, text.encode())
 
     def _load(self, graph: str, *, stamp: bool = True) -> None:
         generation, version, lines = self.store.triples(graph)
@@ -158,7 +160,7 @@ class QueryEngine:
                  named: list[str] | None) -> Registration:
         with self.lock:
             answer = self._call({"op": "register", "id": sid, "readable": readable, "default": default,
-                                 "named": named}, text.encode()).header
+                                 "named": named, "base": self.base}, text.encode()).header
             # Kept as the party asked, so that a new worker registers it the same way.
             self._registered[sid] = (text, readable, answer["default"], answer["named"])
             return Registration(answer["form"], answer["default"], answer["named"], answer["patterns"],
@@ -176,8 +178,8 @@ class QueryEngine:
         graphs' states (worker.py, `_window`)."""
         with self.lock:
             body = json.dumps({"changes": changes, "state": state}).encode()
-            answer = self._call({"op": "window", "text": text, "window": window, "max_bytes": self.max_result_bytes},
-                                body)
+            answer = self._call({"op": "window", "text": text, "window": window, "max_bytes": self.max_result_bytes,
+                                 "base": self.base}, body)
             result: dict[str, Any] = json.loads(answer.body)
             return result
 

@@ -131,7 +131,7 @@ class QueryService:
         self.sync = sync  # brings this process's store up to the archive (others' patches)
         self.evaluates = evaluates
         self.engine = QueryEngine(store, settings.query_memory_mb, settings.query_budget,
-                                  settings.query_max_result_bytes)
+                                  settings.query_max_result_bytes, base=f"{settings.public_url}/sparql")
         self.index = Index()
         self._live: dict[str, _Live] = {}
         self._changes: queue.SimpleQueue[StoreChange] = queue.SimpleQueue()
@@ -513,6 +513,25 @@ class QueryService:
             session.expunge(row)
             return row
 
+    def lapse(self, caller: Principal, row: QuerySubscription) -> str | None:
+        """Why the caller may no longer read the notifications stored for its subscription
+        (None while it may), ending the subscription when it lost access to a graph of its
+        dataset. Asked at each read: access is decided when notifications are read, not
+        only when they were made."""
+        graphs = sorted(set(_iri_list(row.default_graphs) or []) | set(_iri_list(row.named_graphs) or []))
+        lost = [g for g in graphs if g not in set(self.policies.readable(caller.party, graphs))]
+        if not lost:
+            return None
+        reason = f"access to {', '.join(lost[:5])} was withdrawn: the subscription ended"
+        if row.state != "ended":
+            if self.evaluates:
+                self._end(row.id, reason)
+            else:
+                with self.db.session() as session:
+                    session.execute(update(QuerySubscription).where(QuerySubscription.id == row.id).values(
+                        state="ended", reason=reason, updated_at=now()))
+        return f"{caller.account} may no longer read {', '.join(lost[:5])}: {reason}"
+
     def describe(self, caller: Principal, sid: str) -> dict[str, Any]:
         row = self.describe_row(caller, sid)
         return {"spuid": row.id, "alias": row.alias, "state": row.state, "reason": row.reason or None,
@@ -546,15 +565,19 @@ class QueryService:
             return [(sub.sequence, reset)]
 
     def catch_up(self, sid: str, after: int,
-                 token_id: str) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any] | None]:
-        """What a channel sends next: the notifications after `after` (up to 100: ask again),
-        and, once none is left, the SE error that closes the channel when the subscription
-        ended or the channel's token (`token_id`) was revoked (None: it goes on)."""
-        revoked = self.tokens.is_revoked(token_id)
+                 caller: Principal) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any] | None]:
+        """What a channel of `caller` sends next: the notifications after `after` (up to 100:
+        ask again), and, once none is left, the SE error that closes the channel when the
+        subscription ended, the caller may no longer read its graphs or the channel's token
+        was revoked (None: it goes on)."""
+        revoked = self.tokens.is_revoked(caller.jti)
         if self._up_to_date(sid, after) and not revoked:
             return [], None  # (known in this process: no need to ask the database)
         found = self.messages(sid, after)
         if found:
+            lapse = self.lapse(caller, self.describe_row(caller, sid))  # every batch is a read
+            if lapse is not None:
+                return [], rs.error(410, "subscription_ended", lapse, spuid=sid)
             return found, None
         state, reason, _sequence = self.state(sid)
         if state == "ended":

@@ -55,15 +55,17 @@ class Webhooks:
     def __init__(self, settings: Settings, db: Database,
                  messages: Callable[[str, int, int], list[tuple[int, dict[str, Any]]]],
                  may_deliver: Callable[[str], bool], end: Callable[[str, str], None], *,
-                 model: Any = QuerySubscription, header: str = "X-Lucid-Subscription") -> None:
+                 model: Any = QuerySubscription, header: str = "X-Lucid-Subscription",
+                 label: Callable[[Any], str] | None = None) -> None:
         """`model` is the table of what has callbacks (query subscriptions, windowed queries):
         its rows have `callback`, `secret`, `state`, `sequence` and the `callback_*` columns;
-        `header` names the row's key in each POST."""
+        `header` carries what `label` says of the row in each POST (its key, by default)."""
         self.settings = settings
         self.db = db
         self.model = model
         self.key = model.__mapper__.primary_key[0]
         self.header = header
+        self.label = label or (lambda row: str(getattr(row, self.key.key)))
         self.messages = messages  # (sid, after, limit) -> notifications, as QueryService gives them
         self.may_deliver = may_deliver  # access re-check (ends the subscription when it fails)
         self.end = end
@@ -145,11 +147,12 @@ class Webhooks:
             if row is None or row.state != "active" or row.callback is None:
                 return False
             callback, secret, after, attempts = row.callback, row.secret, row.callback_seq, row.callback_attempts
+            label = self.label(row)
         found = self.messages(sid, after, BATCH)
         for sequence, body in found:
             if not self.may_deliver(sid):
                 return False
-            status, error = self._post(callback, secret, sid, sequence, body)
+            status, error = self._post(callback, secret, label, sequence, body)
             self.posted += 1
             if 200 <= status < 300:
                 self._record(sid, callback_seq=sequence, callback_attempts=0, callback_next_at=None,
@@ -175,9 +178,9 @@ class Webhooks:
         with self.db.session() as session:
             session.execute(update(self.model).where(self.key == sid).values(**values))
 
-    def _post(self, callback: str, secret: str | None, sid: str, sequence: int,
+    def _post(self, callback: str, secret: str | None, label: str, sequence: int,
               message: dict[str, Any]) -> tuple[int, str]:
-        headers = {"Content-Type": "application/json", self.header: sid, "X-Lucid-Sequence": str(sequence)}
+        headers = {"Content-Type": "application/json", self.header: label, "X-Lucid-Sequence": str(sequence)}
         return outbound.signed_post(self.pool, callback, json.dumps(message).encode(), headers, secret)
 
 

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pyoxigraph as ox
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import CursorResult, and_, delete, func, or_, select, update
 
 from lucid_hub.auth.tokens import Principal, TokenService
 from lucid_hub.config import Settings
@@ -139,7 +140,7 @@ class WindowService:
         self._written = 0
         self._evaluating = threading.Lock()  # one evaluation round at a time (the thread, tests)
         self.webhooks = Webhooks(settings, db, self._messages, self._may_deliver, self._end, model=WindowedQuery,
-                                 header="X-Lucid-Window")
+                                 header="X-Lucid-Window", label=lambda row: str(row.name))
         self.on_written: Callable[[], None] = lambda: None  # wakes the WebSocket observers (set by the runtime)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -187,12 +188,15 @@ class WindowService:
             if held >= self.settings.query_subscriptions_per_party:
                 raise QueryLimitExceeded(f"{party.account} holds {held} windowed queries, the most one party may "
                                          "hold (LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY)")
-            if session.get(WindowedQuery, name) is not None:
-                raise ConflictError(f"a windowed query named {name} exists; delete it first or choose another name")
+            if session.scalar(select(WindowedQuery.id).where(WindowedQuery.account == party.account,
+                                                             WindowedQuery.name == name)) is not None:
+                raise ConflictError(f"a windowed query of yours named {name} exists; delete it first or choose "
+                                    "another name")
         self._check_query(text, graphs)
         stamp = now()
-        row = WindowedQuery(name=name, account=party.account, endpoint_id=party.endpoint_id,
-                            groups=" ".join(sorted(party.groups)), token_id=caller.jti, query=text,
+        row = WindowedQuery(id="wq-" + secrets.token_hex(12), name=name, account=party.account,
+                            endpoint_id=party.endpoint_id, groups=" ".join(sorted(party.groups)),
+                            token_id=caller.jti, query=text,
                             graphs=json.dumps(sorted(set(graphs))), range_spec=str(range_spec).strip(),
                             step_spec=str(step_spec).strip(), with_state=with_state, state="active", reason="",
                             next_end_at=None, next_end_position=0, sequence=-1, callback=callback, secret=secret,
@@ -244,17 +248,24 @@ class WindowService:
         return found
 
     def _states(self, graphs: list[str], records: list[PatchRecord], end: datetime | None) -> dict[str, list[str]]:
-        """Each graph at its last version up to the window's end."""
+        """Each graph at its last version up to the window's end: a time, or (count windows)
+        the window's last patch in the merged order; a graph with no patch before the end is
+        empty. Never a version after the end: a replay must not show what came later."""
         states: dict[str, list[str]] = {}
+        last = records[-1] if records else None
         for graph in graphs:
+            query = select(PatchRecord.id).where(PatchRecord.graph == graph)
+            if end is not None:
+                query = query.where(PatchRecord.created <= end)
+            elif last is not None:  # (created, graph, seq) at most the last one's: merged order
+                query = query.where(or_(PatchRecord.created < last.created,
+                                        and_(PatchRecord.created == last.created, PatchRecord.graph < last.graph),
+                                        and_(PatchRecord.created == last.created, PatchRecord.graph == last.graph,
+                                             PatchRecord.seq <= last.seq)))
+            else:
+                states[graph] = []
+                continue
             with self.db.session() as session:
-                query = select(PatchRecord.id).where(PatchRecord.graph == graph)
-                if end is not None:
-                    query = query.where(PatchRecord.created <= end)
-                else:
-                    mine = [r for r in records if r.graph == graph]
-                    if mine:
-                        query = query.where(PatchRecord.seq <= mine[-1].seq)
                 version = session.scalar(query.order_by(PatchRecord.seq.desc()).limit(1))
             states[graph] = self.publisher.content(graph, version)[1] if version else []
         return states
@@ -289,14 +300,14 @@ class WindowService:
         done = 0
         with self._evaluating:
             with self.db.session() as session:
-                names = list(session.scalars(select(WindowedQuery.name).where(WindowedQuery.state == "active")))
-            for name in names:
-                done += self._evaluate_due(name)
+                ids = list(session.scalars(select(WindowedQuery.id).where(WindowedQuery.state == "active")))
+            for ident in ids:
+                done += self._evaluate_due(ident)
         return done
 
-    def _evaluate_due(self, name: str) -> int:
+    def _evaluate_due(self, ident: str) -> int:
         with self.db.session() as session:
-            row = session.get(WindowedQuery, name)
+            row = session.get(WindowedQuery, ident)
             if row is None or row.state != "active":
                 return 0
             session.expunge(row)
@@ -320,7 +331,7 @@ class WindowService:
                 element = self.element(row, window, end_at if window.by_time else row.next_end_position)
             except (Refusal, BudgetExceeded, QueryLimitExceeded) as exc:
                 reason = exc.message if isinstance(exc, Refusal) else str(exc.args[0] if exc.args else exc)
-                self._end(name, f"a window could not be evaluated: {reason}")
+                self._end(ident, f"a window could not be evaluated: {reason}")
                 return done
             row.sequence += 1
             element["sequence"] = row.sequence
@@ -330,15 +341,16 @@ class WindowService:
                 row.next_end_position += int(window.step)
             with self.db.session() as session:
                 changed = cast(CursorResult[Any], session.execute(update(WindowedQuery).where(
-                    WindowedQuery.name == name, WindowedQuery.state == "active").values(
+                    WindowedQuery.id == ident, WindowedQuery.state == "active").values(
                     sequence=row.sequence, next_end_at=row.next_end_at, next_end_position=row.next_end_position,
                     updated_at=now()))).rowcount
                 if not changed:  # paused or deleted meanwhile
                     return done
-                session.add(WindowedResult(query=name, sequence=row.sequence, body=json.dumps(element),
+                session.add(WindowedResult(query=ident, sequence=row.sequence, body=json.dumps(element),
                                            created_at=now()))
-                session.execute(delete(WindowedResult).where(
-                    WindowedResult.query == name, WindowedResult.sequence <= row.sequence - self.settings.query_retain))
+                kept_from = row.sequence - self.settings.query_retain
+                session.execute(delete(WindowedResult).where(WindowedResult.query == ident,
+                                                             WindowedResult.sequence <= kept_from))
             done += 1
             self._wake()
 
@@ -348,25 +360,25 @@ class WindowService:
         party = Party(row.account, row.endpoint_id, frozenset(row.groups.split()))
         lost = [g for g in graphs if g not in set(self.policies.readable(party, graphs))]
         if lost:
-            self._end(row.name, f"access to {', '.join(lost[:5])} was withdrawn: the windowed query ended")
+            self._end(row.id, f"access to {', '.join(lost[:5])} was withdrawn: the windowed query ended")
             return False
         if self.tokens.is_revoked(row.token_id):
-            self._end(row.name, "the access token the query was registered with was revoked")
+            self._end(row.id, "the access token the query was registered with was revoked")
             return False
         return True
 
-    def _may_deliver(self, name: str) -> bool:
+    def _may_deliver(self, ident: str) -> bool:
         with self.db.session() as session:
-            row = session.get(WindowedQuery, name)
+            row = session.get(WindowedQuery, ident)
             if row is None or row.state != "active":
                 return False
             session.expunge(row)
         return self._allowed(row)
 
-    def _messages(self, name: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+    def _messages(self, ident: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
         with self.db.session() as session:
             found = session.execute(select(WindowedResult.sequence, WindowedResult.body).where(
-                WindowedResult.query == name, WindowedResult.sequence > after)
+                WindowedResult.query == ident, WindowedResult.sequence > after)
                 .order_by(WindowedResult.sequence).limit(limit)).all()
         return [(seq, json.loads(body)) for seq, body in found]
 
@@ -398,8 +410,11 @@ class WindowService:
         """A past element evaluated again from the archive (the same, unless the graphs'
         history changed: it does not, patches are immutable)."""
         row = self._row(caller, name)
+        lapse = self._lapse(caller, row)
+        if lapse is not None:
+            raise ForbiddenError(lapse)
         with self.db.session() as session:
-            stored = session.get(WindowedResult, (name, sequence))
+            stored = session.get(WindowedResult, (row.id, sequence))
             if stored is None:
                 raise NotFoundError(f"{name} has no result {sequence} (kept: the last LUCID_QUERY_RETAIN)")
             body = json.loads(stored.body)
@@ -411,12 +426,27 @@ class WindowService:
 
     # --- management ----------------------------------------------------------------------
     def _row(self, caller: Principal, name: str) -> WindowedQuery:
+        """The caller's query of that name (names are each party's own: another's is unknown)."""
         with self.db.session() as session:
-            row = session.get(WindowedQuery, name[:64])
-            if row is None or row.account != caller.account:
+            row = session.scalars(select(WindowedQuery).where(WindowedQuery.account == caller.account,
+                                                              WindowedQuery.name == name[:64])).one_or_none()
+            if row is None:
                 raise NotFoundError(f"no windowed query {name[:64]} of yours")
             session.expunge(row)
             return row
+
+    def _lapse(self, caller: Principal, row: WindowedQuery) -> str | None:
+        """Why the caller may no longer read what was stored for its query (None while it
+        may), ending the query when it lost access. Asked at each read of stored results:
+        access is decided when they are read, not only when they were made."""
+        graphs = _graphs(row)
+        lost = [g for g in graphs if g not in set(self.policies.readable(caller.party, graphs))]
+        if not lost:
+            return None
+        reason = f"access to {', '.join(lost[:5])} was withdrawn: the windowed query ended"
+        if row.state != "ended":
+            self._end(row.id, reason)
+        return f"{caller.account} may no longer read {', '.join(lost[:5])}: {reason}"
 
     def describe(self, caller: Principal, name: str) -> dict[str, Any]:
         row = self._row(caller, name)
@@ -440,28 +470,32 @@ class WindowService:
             values.update(next_end_at=row.next_end_at, next_end_position=row.next_end_position,
                           token_id=caller.jti)
         with self.db.session() as session:
-            session.execute(update(WindowedQuery).where(WindowedQuery.name == row.name).values(**values))
+            session.execute(update(WindowedQuery).where(WindowedQuery.id == row.id).values(**values))
         return self.describe(caller, name)
 
     def delete(self, caller: Principal, name: str) -> None:
         row = self._row(caller, name)
         with self.db.session() as session:
-            session.execute(delete(WindowedResult).where(WindowedResult.query == row.name))
-            session.execute(delete(WindowedQuery).where(WindowedQuery.name == row.name))
+            session.execute(delete(WindowedResult).where(WindowedResult.query == row.id))
+            session.execute(delete(WindowedQuery).where(WindowedQuery.id == row.id))
 
-    def _end(self, name: str, reason: str) -> None:
+    def _end(self, ident: str, reason: str) -> None:
         with self.db.session() as session:
-            session.execute(update(WindowedQuery).where(WindowedQuery.name == name).values(
+            session.execute(update(WindowedQuery).where(WindowedQuery.id == ident).values(
                 state="ended", reason=reason[:1024], updated_at=now()))
-        log.info("windowed query %s ended: %s", name, reason)
+        log.info("windowed query %s ended: %s", ident, reason)
         self._wake()
 
     # --- the output stream -------------------------------------------------------------
     def results(self, caller: Principal, name: str, after: int, limit: int = 100) -> tuple[list[tuple[int, Any]],
                                                                                            str, str]:
-        """Elements after `after` (up to `limit`), the query's state and reason."""
+        """Elements after `after` (up to `limit`), the query's state and reason; none once the
+        caller may no longer read its graphs (the query has then ended, and the reason says why)."""
         row = self._row(caller, name)
-        return self._messages(row.name, after, limit), row.state, row.reason
+        lapse = self._lapse(caller, row)
+        if lapse is not None:
+            return [], "ended", lapse
+        return self._messages(row.id, after, limit), row.state, row.reason
 
     def generation(self) -> int:
         with self._cond:

@@ -539,7 +539,8 @@ def _window(request: Frame) -> Frame:
     store.extend(_quads(data["changes"], ox.NamedNode(window)))
     for graph, lines in data["state"].items():
         store.extend(_quads(lines, ox.NamedNode(graph)))
-    return _run(store, text, None, [window], [window, *data["state"]], form, int(header.get("max_bytes") or 0))
+    return _run(store, text, header.get("base"), [window], [window, *data["state"]], form,
+                int(header.get("max_bytes") or 0))
 
 
 def _run(store: ox.Store, text: str, base: str | None, default: list[str], named: list[str], form: str,

@@ -342,7 +342,7 @@ def _act(compiled: _Compiled, rows: list[dict[str, Any]], named: list[str]) -> d
             where = op.where
             clauses = [(c, apply) for c, apply in ((_field(op, "delete"), overlay.remove),
                                                      (_field(op, "insert"), overlay.add)) if c is not None]
-        solutions = [s for row in rows for s in _solve(view, where, row)]
+        solutions = [s for row in rows for s in _solve(view, where, row, op.prologue)]
         for clause, apply in clauses:
             for solution in solutions:
                 fresh = {}
@@ -357,10 +357,11 @@ def _act(compiled: _Compiled, rows: list[dict[str, Any]], named: list[str]) -> d
     return edits
 
 
-def _solve(view: _View, where: Any, row: dict[str, Any]) -> Iterator[Any]:
+def _solve(view: _View, where: Any, row: dict[str, Any], prologue: Any) -> Iterator[Any]:
     bindings: dict[Any, Any] = {rdflib.Variable(k): _to_rdflib(v) for k, v in row.items()
                                 if not isinstance(v, ox.BlankNode)}
     context = QueryContext(graph=Dataset(store=view), initBindings=bindings)
+    context.prologue = prologue  # (what IRI() resolves against)
     for solution in evalPart(context, where):
         yield {**bindings, **solution}
 

@@ -39,6 +39,16 @@ WORKER = "lucid_hub.store.sparql_worker:handle"
 
 
 @dataclass(frozen=True)
+class UpdateEdits:
+    """What an update does: per written graph its edit; the graphs it leaves deleted from
+    the Graph Store (DROP GRAPH, MOVE's source) and the ones it writes otherwise."""
+
+    graphs: dict[str, GraphEdit]
+    dropped: list[str]
+    written: list[str]
+
+
+@dataclass(frozen=True)
 class GraphEdit:
     """What an update does to one graph: statements removed and added, computed on the
     graph at `version` (existing blank nodes appear as the store's skolem IRIs)."""
@@ -128,25 +138,28 @@ class SparqlGuard:
 
     # --- requests ----------------------------------------------------------------------------
     def query(self, text: str, *, party: Hashable, readable: list[str], default: list[str] | None,
-              named: list[str] | None, accept: str | None) -> tuple[str, bytes]:
+              named: list[str] | None, accept: str | None, base: str | None = None) -> tuple[str, bytes]:
         """(media type, serialised result) of a query over the graphs in `readable`; the
         protocol's dataset (`default`, `named`) when given, else the query's FROM clauses,
-        else every readable graph."""
+        else every readable graph. Relative IRIs resolve against `base` (the service's URL)."""
         deadline = time.monotonic() + self.timeout
         with self._worker(party, deadline) as worker:
             snapshot = self.store.snapshot()
             try:
                 answer = self._call(worker, Frame({
                     "op": "query", "snapshot": str(snapshot.path), "readable": readable, "default": default,
-                    "named": named, "accept": accept, "max_bytes": self.max_result_bytes}, text.encode()),
+                    "named": named, "accept": accept, "max_bytes": self.max_result_bytes, "base": base},
+                    text.encode()),
                     deadline, "query")
             finally:
                 snapshot.release()
         return str(answer.header["media_type"]), answer.body
 
     def update(self, text: str, *, party: Hashable, readable: list[str], authorize: Callable[[list[str]], None],
-               using: list[str] | None = None, using_named: list[str] | None = None) -> dict[str, GraphEdit]:
-        """Evaluate an update into each written graph's removals and additions.
+               using: list[str] | None = None, using_named: list[str] | None = None,
+               base: str | None = None, absent: Callable[[list[str]], list[str]] | None = None) -> UpdateEdits:
+        """Evaluate an update into each written graph's removals and additions (relative IRIs
+        resolved against `base`; `absent` says which of its targets are deleted graphs).
 
         `authorize` sees the graphs the update names as targets before anything is
         evaluated (and raises to refuse it); the caller authorises the graphs a `GRAPH ?g`
@@ -154,17 +167,22 @@ class SparqlGuard:
         deadline = time.monotonic() + self.timeout
         with self._worker(party, deadline) as worker:
             analysis = self._call(worker, Frame({"op": "analyse", "using": using, "using_named": using_named,
-                                                 "max_data_bytes": self.max_data_bytes}, text.encode()),
+                                                 "max_data_bytes": self.max_data_bytes, "base": base},
+                                                text.encode()),
                                   deadline, "update")
-            authorize(list(analysis.header["targets"]))
+            targets = list(analysis.header["targets"])
+            authorize(targets)
             snapshot = self.store.snapshot()
             try:
                 result = self._call(worker, Frame({"op": "evaluate", "snapshot": str(snapshot.path),
-                                                   "readable": readable}), deadline, "update")
+                                                   "readable": readable,
+                                                   "absent": absent(targets) if absent else []}), deadline, "update")
             finally:
                 snapshot.release()
         graphs = json.loads(result.body)
-        return {graph: GraphEdit(edit["version"], edit["removed"], edit["added"]) for graph, edit in graphs.items()}
+        return UpdateEdits({graph: GraphEdit(edit["version"], edit["removed"], edit["added"])
+                            for graph, edit in graphs.items()},
+                           list(analysis.header.get("dropped", [])), list(analysis.header.get("written", [])))
 
 
 def _error(header: dict[str, Any], what: str) -> Exception:

@@ -12,10 +12,12 @@ Requests (frames, `lucid_hub.guard`):
 - `query`: the text, the dataset (default and named graph IRIs, already limited to what the
   caller may read), the Accept header; answers the serialised result.
 - `analyse`: an update's text; answers what it writes (static targets; whether `GRAPH ?g`
-  templates write graphs known only once evaluated), and keeps the parsed update.
-- `evaluate`: evaluates the kept update on a snapshot with the caller's readable graphs;
-  answers, per written graph, the triples removed and added (N-Triples, existing blank nodes
-  as the store's skolem IRIs) and the graph's version in the snapshot.
+  templates write graphs known only once evaluated; which graphs it leaves deleted, DROP and
+  MOVE's source, and which written), and keeps the parsed update.
+- `evaluate`: evaluates the kept update on a snapshot with the caller's readable graphs
+  (`absent`: graphs deleted from the Graph Store, which CREATE may make again); answers, per
+  written graph, the triples removed and added (N-Triples, existing blank nodes as the
+  store's skolem IRIs) and the graph's version in the snapshot.
 """
 
 from __future__ import annotations
@@ -341,6 +343,7 @@ def _analyse(request: Frame) -> Frame:
     using += [("named", g) for g in header.get("using_named") or []]
     targets: set[str] = set()
     dynamic = False
+    after: dict[str, str] = {}  # graph -> "dropped" or "written": what the update leaves it as
     for op in ops:
         if using and op.name == "Modify":
             if _field(op, "withClause") is not None or _field(op, "using"):
@@ -350,8 +353,12 @@ def _analyse(request: Frame) -> Frame:
         written, variable = _writes(op)
         targets |= written
         dynamic = dynamic or variable
+        gone = {str(op.graphiri)} if op.name == "Drop" else {str(op.graph[0])} if op.name == "Move" else set()
+        after.update({graph: "dropped" if graph in gone else "written" for graph in written})
     _parsed[:] = ops
-    return Frame({"status": "ok", "targets": sorted(targets), "dynamic": dynamic, "operations": len(ops)})
+    return Frame({"status": "ok", "targets": sorted(targets), "dynamic": dynamic, "operations": len(ops),
+                  "dropped": sorted(g for g, how in after.items() if how == "dropped"),
+                  "written": sorted(g for g, how in after.items() if how == "written")})
 
 
 # --- updates: evaluation ----------------------------------------------------------------------
@@ -517,9 +524,12 @@ def _instantiate(template: list[Any], solution: Any, fresh: dict[Any, Any], new_
             yield tuple(out)
 
 
-def _solutions(view: _View, where: Any, default: list[str], named: list[str]) -> list[Any]:
+def _solutions(view: _View, where: Any, default: list[str], named: list[str], prologue: Any) -> list[Any]:
+    """The WHERE's solutions; `prologue` (the operation's BASE and PREFIXes) is what IRI()
+    and the like resolve against."""
     view.scope(default, named)
     context = QueryContext(graph=Dataset(store=view), initBindings={})
+    context.prologue = prologue
     return list(evalPart(context, where))
 
 
@@ -529,8 +539,9 @@ def _evaluate(request: Frame) -> Frame:
     readable: list[str] = header["readable"]
     overlay = _Overlay()
     view = _View(store, readable, overlay)
+    absent = frozenset(header.get("absent") or ())
     for op in _parsed:
-        _run(op, store, view, overlay, readable)
+        _run(op, store, view, overlay, readable, absent)
     touched = sorted(set(overlay.removed) | set(overlay.added))
     graphs = {}
     for graph in touched:
@@ -550,7 +561,8 @@ def _graph_triples(store: Any, overlay: _Overlay, graph: str) -> list[Any]:
     return list(overlay.matches(store, graph, (None, None, None)))
 
 
-def _run(op: CompValue, store: Any, view: _View, overlay: _Overlay, readable: list[str]) -> None:
+def _run(op: CompValue, store: Any, view: _View, overlay: _Overlay, readable: list[str],
+         absent: frozenset[str] = frozenset()) -> None:
     name = op.name
     new_node = _fresh_blank_nodes()
     if name in ("InsertData", "DeleteData"):
@@ -562,7 +574,7 @@ def _run(op: CompValue, store: Any, view: _View, overlay: _Overlay, readable: li
         pattern = algebra.BGP([])
         for graph, triples in op.quads.items():
             pattern = algebra.Join(pattern, algebra.Graph(graph, algebra.BGP(triples)))
-        for solution in _solutions(view, pattern, readable, readable):
+        for solution in _solutions(view, pattern, readable, readable, op.prologue):
             for graph, triples in op.quads.items():
                 target = solution.get(graph) if isinstance(graph, rdflib.Variable) else graph
                 for triple in _instantiate(triples, solution, {}, new_node):
@@ -573,8 +585,9 @@ def _run(op: CompValue, store: Any, view: _View, overlay: _Overlay, readable: li
         graph = str(op.graphiri)
         for triple in _graph_triples(store, overlay, graph):
             overlay.remove(store, graph, triple)
-    elif name == "Create":
-        if read_version(store, str(op.graphiri)) is not None and not _field(op, "silent"):
+    elif name == "Create":  # (a graph deleted from the Graph Store does not exist, whatever its history)
+        exists = read_version(store, str(op.graphiri)) is not None and str(op.graphiri) not in absent
+        if exists and not _field(op, "silent"):
             raise Refused("conflict", f"CREATE GRAPH <{op.graphiri}>: the graph exists (use CREATE SILENT)")
     elif name in ("Add", "Move", "Copy"):
         source, target = (str(g) for g in op.graph)
@@ -603,7 +616,7 @@ def _modify(op: CompValue, store: Any, view: _View, overlay: _Overlay, readable:
         default, named = [with_graph], readable
     else:
         default, named = readable, readable
-    solutions = _solutions(view, op.where, default, named)
+    solutions = _solutions(view, op.where, default, named, op.prologue)
     for clause, apply in ((_field(op, "delete"), overlay.remove), (_field(op, "insert"), overlay.add)):
         if clause is None:
             continue

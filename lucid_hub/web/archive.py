@@ -24,6 +24,7 @@ from lucid_hub.web.authz import (
     author,
     authorized_graph,
     may_read,
+    read_lapse,
     readable_graph,
     require_scope,
     unknown_or_unauthenticated,
@@ -124,10 +125,15 @@ def patch_events() -> Response:
         raise InputError("Last-Event-ID (or after=) must be a position in the graph's chain: 0 or more")
     bodies = request.args.get("body") in ("1", "true")
     base = runtime().settings.public_url
+    lapsed = read_lapse(graph)
 
     def events() -> Iterator[str]:
         yield ": lucid-hub patch stream\n\n"
         for link in stream.follow(graph, after, idle=15.0, bodies=bodies):
+            reason = lapsed()
+            if reason is not None:
+                yield f"event: ended\ndata: {json.dumps({'reason': reason})}\n\n"
+                return
             if link is None:
                 yield ": keep-alive\n\n"
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 
 from flask import current_app, g, request
 
@@ -117,6 +118,26 @@ def readable_graph() -> str:
     graph = graph_param()
     may_read(graph)
     return graph
+
+
+def read_lapse(graph: str) -> Callable[[], str | None]:
+    """For a push channel of a graph the caller may read now: a check, asked before each
+    event, that says why the caller may no longer read it (None while it may). Each event is
+    a read, decided as the access conditions are at its time: a withdrawn permission, a
+    revoked token or a graph no longer public ends the channel."""
+    caller = None if anonymous() else principal()
+    hub = runtime()
+
+    def lapsed() -> str | None:
+        if caller is None:
+            return None if hub.policies.allows(ANONYMOUS, graph, "read") else f"<{graph}> is no longer public"
+        if hub.tokens.is_revoked(caller.jti):
+            return "the access token was revoked"
+        if not hub.policies.allows(caller.party, graph, "read"):
+            return f"{caller.account} may no longer read <{graph}>"
+        return None
+
+    return lapsed
 
 
 def unknown_or_unauthenticated(exc: NotFoundError) -> Exception:

@@ -1,18 +1,23 @@
-"""SPARQL 1.1 Graph Store HTTP Protocol on owned graphs: `/graphs?graph=IRI`.
+"""SPARQL 1.1 Graph Store HTTP Protocol on owned graphs: `/graphs?graph=IRI` (indirect
+identification) and `/graphs/{path}` (direct: the graph named by that URL itself, as the
+graphs `POST /graphs` mints are).
 
 Where the hub deviates from the protocol (docs/http-api.md): it has no default graph, so
 `?default` is refused with a reason; multipart bodies are refused (one RDF document per
-request); `POST /graphs` without `graph` creates a graph under a new IRI the hub mints.
+request). A deleted graph is gone (404) until it is written again; its history stays in
+the archive (`/patches?graph=IRI`, `?version=ID`).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub import gcpause
-from lucid_hub.errors import InputError, PreconditionFailedError, UnsupportedMediaTypeError
+from lucid_hub.errors import InputError, NotFoundError, PreconditionFailedError, UnsupportedMediaTypeError
+from lucid_hub.mediatypes import representation_tag
 from lucid_hub.publish import Precondition, Unchanged
 from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
@@ -20,17 +25,19 @@ from lucid_hub.rdf.statements import ntriples, statement_quads
 from lucid_hub.rdf.syntax import ParseBudget, serialize
 from lucid_hub.store.graphs import check_no_skolem
 from lucid_hub.streams.ldes import LDP, LH, Urls
-from lucid_hub.web.authz import author, authorized_graph, readable_graph, require_graph
+from lucid_hub.web.authz import author, may_read, require_graph
 from lucid_hub.web.http import (
     RDF_MEDIA_TYPES,
     body_quads,
     discovery_links,
     entity_tags,
     etag,
+    graph_param,
     graph_url,
     message,
     negotiate,
     patch_url,
+    request_uri,
     runtime,
 )
 
@@ -39,46 +46,69 @@ OUTPUT_TYPES = ["text/turtle", "application/trig", "application/n-quads", "appli
                 "application/ld+json"]
 # Link relation of a change's answer to the patch that made it (the patch is not the graph).
 PATCH_REL = "urn:lucid-hub:ns:patch"
+# Direct identification: a graph whose IRI is a URL under this prefix of the hub's own.
+DIRECT = ["/graphs/<path:_path>"]
 
 
-def _no_default_graph() -> None:
+def _graph() -> str:
+    """The graph the request identifies: `?graph=IRI` (indirect), or the request's own URL
+    (direct identification, GSP §4.1: its path under /graphs/, as the client sent it)."""
     if "default" in request.args:
         raise InputError("this hub has no default graph: every graph is named (use ?graph=IRI; "
                          "docs/http-api.md)")
+    if request.view_args and "_path" in request.view_args:
+        if "graph" in request.args:
+            raise InputError("a graph's own URL names it: send no ?graph= with it")
+        return request_uri().split("?", 1)[0]
+    return graph_param()
 
 
-@blueprint.get("/graphs")
-def get_graph() -> Response:
-    _no_default_graph()
-    graph = readable_graph()
-    version, statements = runtime().publisher.content(graph, request.args.get("version"))
+def _writable(graph: str) -> str:
+    require_graph(graph, "write")
+    return graph
+
+
+def _existing(graph: str) -> None:
+    """404 for a graph deleted from the Graph Store (its history stays readable)."""
+    if runtime().archive.deleted(graph):
+        raise NotFoundError(f"<{graph}> was deleted; its history stays at {runtime().settings.public_url}"
+                            f"/patches?graph=..., and a PUT or POST creates it again")
+
+
+def _read(**_direct: str) -> Response:
+    graph = _graph()
+    may_read(graph)
+    asked = request.args.get("version")
+    if asked is None:
+        _existing(graph)
+    version, statements = runtime().publisher.content(graph, asked)
     media_type = negotiate(OUTPUT_TYPES, "text/turtle")
+    # N-Triples, the line-based form clients diff and catch up with, carries the version itself
+    tag = representation_tag(version or "", media_type, "application/n-triples")
     urls = Urls(runtime().settings.public_url, graph)
     # Beside WebSub's discovery: where continuous queries over the graph are made (docs/queries.md),
     # its event stream, the document of all its channels, and its LDN inbox (docs/streams.md).
     links = [discovery_links(graph), f'<{runtime().settings.public_url}/subscriptions>; rel="{LH}subscriptions"',
              f'<{urls.stream}>; rel="{LH}eventStream"', f'<{urls.channels}>; rel="{LH}channels"',
              f'<{urls.inbox}>; rel="{LDP}inbox"']
-    headers = {"ETag": etag(version), "Link": ", ".join(links), "Vary": "Accept"}
+    headers = {"ETag": etag(tag), "Link": ", ".join(links), "Vary": "Accept"}
     match = entity_tags("If-Match")  # "this version and no other" (RFC 9110 13.1.1): never another one
-    if match is not None and not match.match_strong(version):
-        raise PreconditionFailedError(f"<{graph}> is at version {version or '(none)'}, which the request's "
-                                      "If-Match does not name", version)
-    none_match = entity_tags("If-None-Match")
-    if none_match is not None and none_match.match_weak(version):
+    if match is not None and not match.versions().match_strong(version):
+        raise PreconditionFailedError(f"<{graph}> is at version {version or '(none)'} (entity tag {etag(tag)} in "
+                                      f"{media_type}), which the request's If-Match does not name", version)
+    none_match = entity_tags("If-None-Match")  # the cached representation: this one, not another syntax's
+    if none_match is not None and none_match.match_weak(tag):
         return Response(status=304, headers=headers)
-    body = render(graph, statements, media_type)
-    if media_type in ("application/trig", "application/n-quads"):  # the inbox "in its RDF" too (LDN §3):
-        # in the default graph, beside the graph's own triples (in their named graph), never among them
-        body += f"<{graph_url(graph)}> <{LDP}inbox> <{urls.inbox}> .\n".encode()
-    return Response(body, mimetype=media_type, headers=headers)
+    return Response(render(graph, statements, media_type), mimetype=media_type, headers=headers)
 
 
 def render(graph: str, statements: list[str], media_type: str) -> bytes:
-    """Statements of one graph in the negotiated syntax (triples, or quads in the graph)."""
-    if media_type == "application/n-triples":
+    """Statements of one graph in the negotiated syntax: the graph's triples, in quad
+    syntaxes in the default graph (GSP §5.2: the representation is the graph; generic
+    clients read a document's default graph)."""
+    if media_type in ("application/n-triples", "application/n-quads"):
         return ntriples(statements).encode()
-    return serialize(statement_quads(statements, graph), RDF_MEDIA_TYPES[media_type])
+    return serialize(statement_quads(statements, None), RDF_MEDIA_TYPES[media_type])
 
 
 def _body_msgs(graph: str) -> GraphMsgs:
@@ -99,10 +129,13 @@ def _body_msgs(graph: str) -> GraphMsgs:
 
 
 def _precondition() -> Precondition | None:
-    """If-Match (strong comparison) and If-None-Match (weak) on the graph's version."""
+    """If-Match (strong comparison) and If-None-Match (weak) on the graph's version; a tag
+    of any representation of a version names that version."""
     match, none_match = entity_tags("If-Match"), entity_tags("If-None-Match")
     if match is None and none_match is None:
         return None
+    match = match.versions() if match is not None else None
+    none_match = none_match.versions() if none_match is not None else None
 
     def holds(head: str | None) -> bool:
         return ((match is None or match.match_strong(head))
@@ -110,58 +143,66 @@ def _precondition() -> Precondition | None:
     return holds
 
 
-def _result(graph: str, patch: Patch | None, unchanged: Unchanged, *, minted: bool = False) -> Response:
-    created = patch is not None and patch.prev is None
+def _result(graph: str, patch: Patch | None, unchanged: Unchanged, *, created: bool = False,
+            location: str | None = None) -> Response:
     version = patch.id if patch else unchanged.version
     payload = {"graph": graph, "version": version, "patch": patch.id if patch else None,
                "removed": len(patch.removed) if patch else 0, "added": len(patch.added) if patch else 0}
     response = jsonify(payload)
-    response.status_code = 201 if created or minted else 200
-    response.headers["ETag"] = etag(version)
+    response.status_code = 201 if created or (patch is not None and patch.prev is None) else 200
+    response.headers["ETag"] = etag(version or "")
     links = [discovery_links(graph)]
     if patch:
         links.append(f'<{patch_url(patch.id)}>; rel="{PATCH_REL}"')
     if response.status_code == 201:
-        response.headers["Location"] = graph_url(graph)  # the graph's resource, not the patch
+        response.headers["Location"] = location or graph_url(graph)  # the graph's resource, not the patch
     response.headers["Link"] = ", ".join(links)
     return response
 
 
-@blueprint.put("/graphs")
-def put_graph() -> Response:
-    _no_default_graph()
-    graph = authorized_graph("write")
+def _write(graph: str, change: Callable[[GraphMsgs, Unchanged], Patch | None], *, minted: bool = False) -> Response:
+    """A PUT or POST: the change, and the graph back in the Graph Store if it was deleted
+    (a write recreates it, with or without a new patch)."""
+    archive = runtime().archive
+    was_deleted = archive.deleted(graph)
     new = _body_msgs(graph)
     unchanged = Unchanged()
-    patch = runtime().publisher.replace(graph, new, author=author(), message=message(), if_match=_precondition(),
-                                        unchanged=unchanged)
-    return _result(graph, patch, unchanged)
-
-
-@blueprint.post("/graphs")
-def post_graph() -> Response:
-    _no_default_graph()
-    if "graph" not in request.args:  # GSP §5.5: a new graph, named by the hub
-        graph = f"{runtime().settings.public_url}/graphs/{uuid.uuid4()}"
-        require_graph(graph, "write")
-        minted = True
-    else:
-        graph = authorized_graph("write")
-        minted = False
-    new = _body_msgs(graph)
-    unchanged = Unchanged()
-    patch = runtime().publisher.merge(graph, new, author=author(), message=message(), if_match=_precondition(),
-                                      unchanged=unchanged)
+    patch = change(new, unchanged)
     if minted and patch is None:
         raise InputError("a new graph needs at least one triple")
-    return _result(graph, patch, unchanged, minted=minted)
+    if was_deleted and patch is None:
+        archive.restore(graph)
+    return _result(graph, patch, unchanged, created=minted or was_deleted, location=graph if minted else None)
 
 
-@blueprint.delete("/graphs")
-def delete_graph() -> Response:
-    _no_default_graph()
-    graph = authorized_graph("write")
+def _replace(**_direct: str) -> Response:
+    graph = _writable(_graph())
+    return _write(graph, lambda new, unchanged: runtime().publisher.replace(
+        graph, new, author=author(), message=message(), if_match=_precondition(), unchanged=unchanged))
+
+
+def _merge(**_direct: str) -> Response:
+    minted = not request.view_args and "graph" not in request.args and "default" not in request.args
+    # GSP §5.5: without a graph, a new one, named by the hub: its IRI is its own URL here
+    graph = _writable(f"{runtime().settings.public_url}/graphs/{uuid.uuid4()}" if minted else _graph())
+    return _write(graph, lambda new, unchanged: runtime().publisher.merge(
+        graph, new, author=author(), message=message(), if_match=_precondition(), unchanged=unchanged),
+        minted=minted)
+
+
+def _delete(**_direct: str) -> Response:
+    graph = _writable(_graph())
+    _existing(graph)
     unchanged = Unchanged()
     patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_precondition(),
                                      unchanged=unchanged)
+    runtime().archive.mark_deleted(graph, patch.id if patch else unchanged.version)
     return _result(graph, patch, unchanged)
+
+
+# The views take the direct route's `_path` as a keyword (unused: `_graph` reads the request).
+for _rule in ["/graphs", *DIRECT]:
+    blueprint.add_url_rule(_rule, f"read{_rule}", _read, methods=["GET"])
+    blueprint.add_url_rule(_rule, f"replace{_rule}", _replace, methods=["PUT"])
+    blueprint.add_url_rule(_rule, f"merge{_rule}", _merge, methods=["POST"])
+    blueprint.add_url_rule(_rule, f"delete{_rule}", _delete, methods=["DELETE"])

@@ -15,7 +15,7 @@ from lucid_hub.resources import inbox_url, notification_url
 from lucid_hub.streams.activities import FORMATS
 from lucid_hub.streams.inbox import LIST_MAX, Received
 from lucid_hub.streams.ldes import LDP, TYPE, Document, iri
-from lucid_hub.web.authz import anonymous, principal, require_graph
+from lucid_hub.web.authz import anonymous, principal, read_lapse, require_graph
 from lucid_hub.web.http import graph_param, negotiate, request_uri, runtime
 
 blueprint = Blueprint("inbox", __name__)
@@ -142,6 +142,8 @@ def notification(ident: str) -> Response:
     writer = "graphs:write" in caller.scopes and hub.policies.allows(caller.party, item.graph, "write")
     if not writer and item.sender != caller.account:
         raise NotFoundError("no such notification")
+    if not writer:  # its sender, while it may still read the graph (access is decided at each read)
+        require_graph(item.graph, "read")
     media_type = negotiate(ANSWER_TYPES, "application/ld+json")
     lines = [line[:-2] for line in item.body.splitlines() if line.endswith(" .")]
     return Response(Document(lines, []).render(media_type), mimetype=media_type,
@@ -167,10 +169,15 @@ def inbox_events() -> Response:
         raise InputError("Last-Event-ID (or after=) must be a notification's position: 0 or more")
     base, bodies = hub.settings.public_url, request.args.get("body") in ("1", "true")
     stream = hub.stream
+    lapsed = read_lapse(graph)
 
     def events() -> Iterator[str]:
         yield ": lucid-hub inbox\n\n"
         for item in hub.inbox.follow(graph, sender, after, stopped=lambda: stream.ended):
+            reason = lapsed()
+            if reason is not None:
+                yield f"event: ended\ndata: {json.dumps({'reason': reason})}\n\n"
+                return
             if item is None:
                 yield ": keep-alive\n\n"
                 continue

@@ -126,7 +126,9 @@ def notifications(spuid: str) -> Response:
     """The notifications after `after` (JSON), for clients that poll."""
     caller = require_scope(SCOPE)
     service = runtime().queries
-    service.describe_row(caller, spuid)
+    lapse = service.lapse(caller, service.describe_row(caller, spuid))
+    if lapse is not None:
+        return jsonify({"notifications": [], "state": "ended", "reason": lapse})
     state, reason, _sequence = service.state(spuid)
     found = service.messages(spuid, _after())
     return jsonify({"notifications": [body for _seq, body in found], "state": state, "reason": reason or None})
@@ -141,7 +143,7 @@ def events(spuid: str) -> Response:
     service.describe_row(caller, spuid)
     after = _after()
 
-    return event_stream(lambda last: service.catch_up(spuid, last, caller.jti), after, "notification",
+    return event_stream(lambda last: service.catch_up(spuid, last, caller), after, "notification",
                         service.generation, service.wait)
 
 
@@ -157,7 +159,10 @@ def event_stream(fetch: Callable[[int], tuple[list[tuple[int, Any]], dict[str, A
         quiet = time.monotonic()
         while True:
             seen = generation()
-            found, end = fetch(last)
+            try:
+                found, end = fetch(last)
+            except LucidError as exc:  # (access withdrawn, the query deleted meanwhile)
+                found, end = [], rs.error(status_of(exc), _error_code(exc), str(exc))
             for sequence, body in found:
                 last = sequence
                 quiet = time.monotonic()
@@ -192,7 +197,7 @@ class _Socket:
         self.ws = ws
         self.handshake_token = handshake_token
         self.send_lock = threading.Lock()
-        self.subscriptions: dict[str, tuple[int, str]] = {}  # spuid -> (last sequence sent, token jti)
+        self.subscriptions: dict[str, tuple[int, Principal]] = {}  # spuid -> (last sequence sent, caller)
         self.windows: dict[str, tuple[int, Principal]] = {}  # windowed query -> (last sequence sent, caller)
         self.lock = threading.Lock()
         self.closed = threading.Event()
@@ -241,7 +246,7 @@ class _Socket:
         spuid = first["notification"]["spuid"]
         with self.lock:
             self.send(first)
-            self.subscriptions[spuid] = (0, caller.jti)
+            self.subscriptions[spuid] = (0, caller)
 
     def _resume(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
         """lucid-hub's addition: {"resume": {"spuid", "sequence"}} continues a subscription
@@ -252,7 +257,7 @@ class _Socket:
             raise InputError("resume needs spuid (a string) and sequence (an integer)")
         self.rt.queries.describe_row(caller, spuid)
         with self.lock:
-            self.subscriptions[spuid] = (sequence, caller.jti)
+            self.subscriptions[spuid] = (sequence, caller)
         self.push()
 
     def _unsubscribe(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
@@ -260,9 +265,16 @@ class _Socket:
         spuid = inner.get("spuid")
         if not isinstance(spuid, str):
             raise InputError("unsubscribe needs the spuid of a subscription")
-        self.rt.queries.unsubscribe(caller, spuid)
+        with self.lock:  # taken off the socket first: its sender must not report the end it is about to see
+            held = self.subscriptions.pop(spuid, None)
+        try:
+            self.rt.queries.unsubscribe(caller, spuid)
+        except LucidError:
+            if held is not None:
+                with self.lock:
+                    self.subscriptions[spuid] = held
+            raise
         with self.lock:
-            self.subscriptions.pop(spuid, None)
             self.send({"unsubscribed": {"spuid": spuid}})
 
     def _observe(self, message: dict[str, Any], inner: dict[str, Any]) -> None:
@@ -306,13 +318,13 @@ class _Socket:
                     self.send(rs.error(410, "query_ended", reason, window=name))
                     del self.windows[name]
 
-            for spuid, (last, jti) in list(self.subscriptions.items()):
+            for spuid, (last, caller) in list(self.subscriptions.items()):
                 while True:
-                    found, end = self.rt.queries.catch_up(spuid, last, jti)
+                    found, end = self.rt.queries.catch_up(spuid, last, caller)
                     for sequence, body in found:
                         self.send(body)
                         last = sequence
-                    self.subscriptions[spuid] = (last, jti)
+                    self.subscriptions[spuid] = (last, caller)
                     if end is not None:
                         self.send(end)
                         del self.subscriptions[spuid]

@@ -81,6 +81,12 @@ def sparql_post() -> Response:
                                     "application/sparql-update, or either as a form (query= or update=)")
 
 
+def _base() -> str:
+    """What relative IRIs in a query or an update resolve against (SPARQL 1.1 Query §4.1.1.1):
+    the service's own URL, as the W3C protocol tests expect (docs/http-api.md)."""
+    return f"{runtime().settings.public_url}/sparql"
+
+
 def _readable(party: Party) -> list[str]:
     rt = runtime()
     # (another process of this hub, or another hub on the database, may have published)
@@ -100,7 +106,7 @@ def _query(text: str, params: Any) -> Response:
                          "default-graph-uri and named-graph-uri")
     media_type, body = rt.sparql.query(
         text, party=caller.party, readable=_readable(caller.party), default=_iris(params, "default-graph-uri"),
-        named=_iris(params, "named-graph-uri"), accept=request.headers.get("Accept"))
+        named=_iris(params, "named-graph-uri"), accept=request.headers.get("Accept"), base=_base())
     return Response(body, mimetype=media_type, headers={"Vary": "Accept"})
 
 
@@ -117,7 +123,8 @@ def _update(text: str, params: Any) -> Response:
 
     patches = run_update(rt.publisher, rt.sparql, text, party=caller.party, readable=_readable(caller.party),
                          may_write=may_write, author=author(), message=message(),
-                         using=_iris(params, "using-graph-uri"), using_named=_iris(params, "using-named-graph-uri"))
+                         using=_iris(params, "using-graph-uri"), using_named=_iris(params, "using-named-graph-uri"),
+                         base=_base())
     return jsonify({"patches": [{"graph": p.graph, "patch": p.id, "url": patch_url(p.id), "removed": len(p.removed),
                                  "added": len(p.added)} for p in patches]})
 

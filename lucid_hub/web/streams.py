@@ -21,7 +21,7 @@ from lucid_hub.resources import graph_url, hub_url, patch_url
 from lucid_hub.streams import ldes
 from lucid_hub.streams.ldes import DCAT, DCT, LDP, LH, TYPE, Document, Urls, View, iri, literal
 from lucid_hub.streams.members import GraphStream, made_by
-from lucid_hub.web.authz import anonymous, principal, public, readable_graph
+from lucid_hub.web.authz import anonymous, principal, public, read_lapse, readable_graph
 from lucid_hub.web.http import entity_tags, etag, negotiate, runtime
 
 blueprint = Blueprint("streams", __name__)
@@ -120,6 +120,7 @@ def events() -> Response:
     patch_stream = runtime().stream
     after = _resume_position(patch_stream.position(graph))
     urls, streams = _urls(graph), runtime().streams
+    lapsed = read_lapse(graph)
 
     def render(link: ChainLink) -> bytes:
         members = made_by(streams.current(graph, upto=link.seq), link.seq)
@@ -135,6 +136,10 @@ def events() -> Response:
     def generate() -> Iterator[bytes]:
         yield b": lucid-hub event stream\n\n"
         for link in patch_stream.follow(graph, after, idle=15.0, bodies=wanted == RDF_PATCH):
+            reason = lapsed()
+            if reason is not None:
+                yield f"event: ended\ndata: {json.dumps({'reason': reason})}\n\n".encode()
+                return
             if link is None:
                 yield b": keep-alive\n\n"
                 continue

@@ -248,7 +248,8 @@ def fan_out(hub: HubProcess, history: History, count: int, events: int, rate: fl
     path = f"/streams/events?graph={quote(GRAPH, safe='')}"
     listeners = Listeners(hub.url, path, count, token)
     try:
-        head = hub.call("GET", "/graphs", params={"graph": GRAPH}).headers["ETag"].strip('"')
+        head = hub.call("GET", "/graphs", params={"graph": GRAPH}, headers={"Accept": "application/n-triples"}
+                        ).headers["ETag"].strip('"')
         head = _publish(hub, history.patch(head))  # a first patch: the stream is built and warm
         position = _archive_length(hub)
         if not listeners.wait(position, count):
