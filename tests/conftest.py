@@ -335,3 +335,37 @@ def ui_hub(tmp_path: Path) -> Iterator[RunningHub]:
         AdminAccounts(hub.runtime.db).create("alice", ADMIN_PASSWORD)
         yield hub
 
+
+
+# --- third-party JavaScript clients (npm) ---------------------------------------------------
+
+def npm_install(tmp_path_factory: pytest.TempPathFactory, name: str, *packages: str) -> Path:
+    """`packages` from the npm registry, installed once per session into a folder of their own
+    (its node_modules is returned); the test skips, saying why, without node and npm."""
+    import shutil
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip(f"{', '.join(packages)} need node and npm, which this machine lacks")
+    where = tmp_path_factory.mktemp(name)
+    done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(where), *packages],
+                          capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"npm could not install {', '.join(packages)}: {done.stderr.strip()[-300:]}")
+    return where / "node_modules"
+
+
+@pytest.fixture(scope="session")
+def rdf_js_clients(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Comunica (the SPARQL engine of the JavaScript world; 4.5: Comunica 5 needs Node 22) and
+    rdflib.js, for tests/js/comunica_select.js and tests/js/rdflibjs_parse.js."""
+    return npm_install(tmp_path_factory, "rdf-js", "@comunica/query-sparql@4.5.0", "rdflib@2.4.0")
+
+
+def run_node(modules: Path, script: str, *args: str) -> Any:
+    """A script of tests/js run with `modules` as its node_modules; its JSON output."""
+    import json
+
+    done = subprocess.run(["node", str(REPO / "tests" / "js" / script), *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NODE_PATH": str(modules)}, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -4,6 +4,7 @@ headers and subject (issue 14, points 12 and 13)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import quote
 
 import pyoxigraph as ox
@@ -238,3 +239,23 @@ def test_a_deleted_graph_is_gone_until_it_is_written_again(hub: RunningHub) -> N
     assert update(hub.http, hub, f"CLEAR GRAPH <{G}>").status_code == 200
     assert hub.http.get(f"{hub.url}/graphs", params={"graph": G}).status_code == 200
     assert_consistent(hub.runtime)
+
+
+def test_generic_clients_read_the_graph_document_as_the_graph(hub: RunningHub, rdf_js_clients: Path) -> None:
+    """GSP §5.2: the representation is the graph. Comunica, given the graph's URL as a document
+    source, negotiates a syntax (it prefers quad syntaxes) and must find the graph's triples
+    (it found one, the inbox link, when they stood in a named graph); rdflib.js reads each
+    N-Quads document's default graph as the document, as it does Turtle and JSON-LD."""
+    from tests.conftest import run_node
+
+    body = "".join(f'<http://ex/s{i}> <http://ex/p> "{i}" .\n' for i in range(7))
+    put(hub, body)
+    token = hub.http.headers["Authorization"].split()[1]
+    url = f"{hub.url}/graphs?graph={quote(G, safe='')}"
+    auth = hub.client("comunica", ("lucid-hub-admins",), ("graphs:read",))
+    rows = run_node(rdf_js_clients, "comunica_select.js", "auto", url, "SELECT ?s ?o WHERE { ?s ?p ?o }",
+                    f"{auth[0].client_id}:{auth[1]}")
+    assert sorted(int(r["o"]) for r in rows) == list(range(7))
+    for media_type in ("application/n-quads", "text/turtle", "application/ld+json"):  # (rdflib.js reads no TriG)
+        found = run_node(rdf_js_clients, "rdflibjs_parse.js", url, media_type, token)
+        assert found == {"statements": 7, "defaultGraph": 7}, (media_type, found)

@@ -436,3 +436,28 @@ def test_relative_iris_resolve_against_the_service_and_client_mistakes_are_never
             assert answer.status_code == 400 and "could not be evaluated" in answer.text, (text, answer.text)
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert_consistent(hub.runtime)
+
+
+def test_comunica_reads_with_http_basic_by_get_and_by_post(hub: RunningHub, rdf_js_clients: Path) -> None:
+    """Comunica sends a long query by POST (with the credentials it sent a short one with by
+    GET): a query is a read whatever its method, so HTTP Basic is accepted for it. An update
+    by POST with HTTP Basic is still refused: only reads take Basic."""
+    from tests.conftest import run_node
+
+    put(hub, W, " ".join(f"<urn:s{i}> <urn:p> {i} ." for i in range(5)))
+    record, secret = hub.client("comunica", ("lucid-hub-admins",), ("graphs:read", "graphs:write"))
+    short = f"SELECT ?o WHERE {{ GRAPH <{W}> {{ ?s <urn:p> ?o }} }}"
+    long = short.replace("WHERE {", "WHERE { # " + "x" * 3000 + "\n")  # over Comunica's GET limit
+    for query in (short, long):
+        rows = run_node(rdf_js_clients, "comunica_select.js", "sparql", f"{hub.url}/sparql", query,
+                        f"{record.client_id}:{secret}")
+        assert sorted(int(r["o"]) for r in rows) == list(range(5)), query[:40]
+    posted = requests.post(f"{hub.url}/sparql", data={"query": long}, auth=(record.client_id, secret), timeout=30)
+    assert posted.status_code == 200 and len(posted.json()["results"]["bindings"]) == 5
+    anonymous = requests.post(f"{hub.url}/sparql", data={"query": short}, timeout=30)
+    assert anonymous.status_code == 401 and "Basic" in anonymous.headers["WWW-Authenticate"]
+    written = requests.post(f"{hub.url}/sparql", data=f"INSERT DATA {{ GRAPH <{W}> {{ <urn:x> <urn:p> 9 }} }}",
+                            headers={"Content-Type": "application/sparql-update"}, auth=(record.client_id, secret),
+                            timeout=30)
+    assert written.status_code == 401 and "only reads" in written.text
+    assert len(content(hub, W)) == 5

@@ -21,14 +21,16 @@ from lucid_hub.policy.engine import ANONYMOUS, Action
 from lucid_hub.web.http import graph_param, request_address, runtime
 
 # HTTP Basic (a client's id and secret) is for harvesters that know no OAuth: reads only. On
-# a method that changes something a browser's remembered Basic credentials would be a CSRF
-# hole, so there a bearer token is the only way in.
+# a request that changes something a browser's remembered Basic credentials would be a CSRF
+# hole, so there a bearer token is the only way in. A read sent by POST (a SPARQL query: long
+# ones go by POST, as Comunica sends them) is a read: its route says so (`read=True`).
 BASIC_METHODS = frozenset({"GET", "HEAD"})
 
 
-def principal() -> Principal:
+def principal(*, read: bool = False) -> Principal:
     """The caller, from `Authorization: Bearer <token>` (validated once per request), or on a
-    read from `Authorization: Basic` with an OAuth client's id and secret."""
+    read (a GET or HEAD, or a request its route calls a `read`) from `Authorization: Basic`
+    with an OAuth client's id and secret."""
     found: Principal | None = g.get("principal")
     if found is not None:
         return found
@@ -37,12 +39,12 @@ def principal() -> Principal:
         raise AuthenticationError("this endpoint needs an access token: Authorization: Bearer <token> "
                                   "(from /oauth/token)", error="")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() == "basic" and request.method in BASIC_METHODS:
+    if scheme.lower() == "basic" and (read or request.method in BASIC_METHODS):
         found = _basic(token.strip())
     elif scheme.lower() != "bearer" or not token.strip():
         raise AuthenticationError("use the Authorization scheme Bearer with an access token"
-                                  + (" (HTTP Basic only reads: GET and HEAD)" if scheme.lower() == "basic" else ""),
-                                  error="invalid_request")
+                                  + (" (HTTP Basic only reads: GET and HEAD, and SPARQL queries by POST)"
+                                     if scheme.lower() == "basic" else ""), error="invalid_request")
     else:
         found = runtime().tokens.validate(token.strip())
     g.principal = found
@@ -78,8 +80,8 @@ def anonymous() -> bool:
     return not request.headers.get("Authorization")
 
 
-def require_scope(scope: str) -> Principal:
-    caller = principal()
+def require_scope(scope: str, *, read: bool = False) -> Principal:
+    caller = principal(read=read)
     if scope not in caller.scopes:
         raise ForbiddenError(f"the access token lacks the scope {scope}", scope=scope)
     return caller

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyoxigraph as ox
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, g, jsonify, request
 
 from lucid_hub.errors import InputError, InputTooLargeError, UnsupportedMediaTypeError
 from lucid_hub.policy.engine import Party
@@ -98,7 +98,8 @@ def _query(text: str, params: Any) -> Response:
     given, else the query's FROM/FROM NAMED, else every graph the caller may read (their
     union is the default graph); graphs the caller may not read are empty, as unknown ones
     are. Blank nodes come out as the store's skolem IRIs (urn:lucid-hub:bnode:…)."""
-    caller = require_scope("graphs:read")
+    g.basic_challenge = True  # harvesters may read with HTTP Basic, by GET or POST
+    caller = require_scope("graphs:read", read=True)
     rt = runtime()
     text = _text(text, rt.settings.max_query_bytes, "query")
     if params.getlist("using-graph-uri") or params.getlist("using-named-graph-uri"):
