@@ -259,6 +259,7 @@ class Callback:
     url: str
     verifications: list[dict[str, str]] = field(default_factory=list)
     deliveries: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    targets: list[tuple[str, str]] = field(default_factory=list)  # (method, request target exactly as received)
     statuses: list[int] = field(default_factory=list)  # answers to POSTs, in turn (then 200)
     echo: bool = True  # answer the challenge
     hold_first: threading.Event | None = None  # the first POST waits for this before answering
@@ -291,6 +292,7 @@ def callback() -> Iterator[Callback]:
     def app(request: Request) -> Response:
         with cb.changed:
             try:
+                cb.targets.append((request.method, request.environ.get("RAW_URI") or request.environ["REQUEST_URI"]))
                 if request.method == "GET":
                     params = {k: v for k, v in request.args.items()}
                     cb.verifications.append(params)

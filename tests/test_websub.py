@@ -651,3 +651,43 @@ def test_the_same_subscription_verified_at_once_is_one_renewed_subscription(tmp_
         with hub.runtime.db.session() as session:
             rows = session.scalars(sa_select(Subscription)).all()
             assert len(rows) == 1 and rows[0].secret in {r.secret for r in requests_}
+
+
+def test_every_callback_is_called_at_its_url_exactly_as_given(ws_hub: RunningHub, callback: Callback) -> None:
+    """WebSub §5.1, RFC 3986 §2.2: a callback's query is kept as it was given. The reproduction:
+    `?k=a%2Fb%3Fc%26d%3De&z=1` was verified as given but delivered to `?k=a/b?c%26d%3De&z=1`
+    (aiohttp re-quoted it). Its siblings: a query subscription's and a windowed query's webhooks,
+    and a rule's webhook, are called at exactly the URL registered."""
+    from tests.test_queries import ORDERS, ORDERS_NT, put, status, update
+    from tests.test_queries_webhooks import partner
+    from tests.test_rules import add_rules
+
+    hub = ws_hub
+    base = callback.url.split("/callbacks/")[0]
+    given = {kind: f"/callbacks/{kind}?k=a%2Fb%3Fc%26d%3De&z=1&m=x%20y%2By" for kind in
+             ("websub", "query", "window", "rule")}
+    publish(hub, "1")
+    grant(hub)
+    assert subscribe(subscriber(hub, callback), hub, callback, **{"hub.callback": base + given["websub"]}
+                     ).status_code == 202
+    callback.wait(lambda: len(active(hub)) == 1)
+    put(hub, ORDERS, ORDERS_NT)
+    http, _token = partner(hub, callback)
+    made = http.post(f"{hub.url}/subscriptions", json={"sparql": "SELECT * WHERE { ?s ?p ?o }",
+                                                       "callback": base + given["query"], "secret": "k"})
+    assert made.status_code == 201, made.text
+    window = http.put(f"{hub.url}/windows/w", json={"graphs": [ORDERS], "sparql": "ASK {}", "range": 1, "step": 1,
+                                                   "callback": base + given["window"], "secret": "k"})
+    assert window.status_code == 201, window.text
+    add_rules(hub, f"RULE <urn:r:hook>\nDEFERRED\nON INSERT {{ GRAPH <{G}> {{ ?s ?p ?o }} }}\n"
+                   f"DO WEBHOOK <{base + given['rule']}>\n")
+    publish(hub, "2")
+    update(hub, status("o1", "open", "packed"))
+    hub.runtime.windows.evaluate_due()
+    hub.runtime.rules.run_deferred()
+    for kind, target in given.items():
+        callback.wait(lambda target=target: any(t == target for m, t in callback.targets if m == "POST"), 30)
+    verification = next(t for m, t in callback.targets if m == "GET" and "/websub?" in t)
+    assert verification.startswith(given["websub"] + "&hub.mode=subscribe")
+    posted = {t for m, t in callback.targets if m == "POST"}
+    assert posted == set(given.values()), posted

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import httpcore
+import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from lucid_hub.outbound import AddressPolicy, AddressRefused, hub_signature, no_answer
@@ -190,8 +191,10 @@ class AsyncSender:
             return await self._post_tls(url, body, hub_signature(headers, body, secret))
         session = await self._client()
         try:
-            async with session.post(url, data=body, headers=hub_signature(headers, body, secret),
-                                    allow_redirects=False) as answer:
+            # The callback exactly as the subscriber gave it (WebSub §5.1): yarl would otherwise
+            # decode %2F and %3F in its query, which changes what the callback receives.
+            async with session.post(yarl.URL(url, encoded=True), data=body,
+                                    headers=hub_signature(headers, body, secret), allow_redirects=False) as answer:
                 await answer.content.read(ANSWER_BYTES)
                 return answer.status, f"HTTP {answer.status}"
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
