@@ -5,6 +5,7 @@ be bad. A second issuer (an OpenID Connect provider's JWKS endpoint) runs in the
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -359,8 +360,14 @@ def test_trusted_issuer_configuration_errors_are_clear(tmp_path: Path) -> None:
         TrustedIssuer.parse_all('[{"issuer": "https://kc.example", "audience": ""}]')
     with pytest.raises(ConfigError, match="LUCID_TRUSTED_ISSUERS"):
         TrustedIssuer.parse_all("[not json")
-    with pytest.raises(ConfigError, match="missing 1 required positional argument: 'audience'"):
-        TrustedIssuer.parse_all('[{"issuer": "https://kc.example"}]')
+    with pytest.raises(ConfigError, match=re.escape("'https://kc.example' lacks audience, jwks_uri or jwks_file")):
+        TrustedIssuer.parse_all('[{"issuer": "https://kc.example"}]')  # (the chart's documented example did)
+    with pytest.raises(ConfigError, match=r"unknown member.* audiences"):
+        TrustedIssuer.parse_all('[{"issuer": "https://kc.example", "audiences": "hub", "jwks_uri": "https://kc/k"}]')
+    with pytest.raises(ConfigError, match="a JSON list of objects"):
+        TrustedIssuer.parse_all('["https://kc.example"]')
+    with pytest.raises(ConfigError, match="neither a JSON list nor a readable file"):
+        TrustedIssuer.parse_all(str(tmp_path / "missing.json"))
     path = tmp_path / "issuers.json"
     path.write_text('[{"issuer": "https://kc.example", "audience": "hub", "jwks_file": "/k.json"}]')
     assert TrustedIssuer.parse_all(str(path))[0].jwks_file == "/k.json"

@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,15 +91,30 @@ class TrustedIssuer:
         """LUCID_TRUSTED_ISSUERS: a JSON list, or the path of a file holding one."""
         if not text.strip():
             return []
-        raw = text if text.lstrip().startswith("[") else Path(text).read_text()
+        try:
+            raw = text if text.lstrip().startswith("[") else Path(text).read_text()
+        except OSError as exc:
+            raise ConfigError(f"LUCID_TRUSTED_ISSUERS: neither a JSON list nor a readable file: {exc}") from None
         try:
             items = json.loads(raw)
-            issuers = [cls(**item) for item in items]
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"LUCID_TRUSTED_ISSUERS: {exc}") from None
-        for issuer in issuers:
-            if not issuer.issuer or not issuer.audience or not (issuer.jwks_uri or issuer.jwks_file):
-                raise ConfigError("LUCID_TRUSTED_ISSUERS: each issuer needs issuer, audience and jwks_uri or jwks_file")
+        except ValueError as exc:
+            raise ConfigError(f"LUCID_TRUSTED_ISSUERS is not JSON: {exc}") from None
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise ConfigError("LUCID_TRUSTED_ISSUERS is a JSON list of objects, one per issuer")
+        known = {f.name for f in fields(cls)}
+        issuers = []
+        for item in items:
+            unknown = sorted(set(item) - known)
+            if unknown:
+                raise ConfigError(f"LUCID_TRUSTED_ISSUERS: unknown member(s) {', '.join(unknown)} (known: "
+                                  f"{', '.join(sorted(known))})")
+            lacking = [name for name in ("issuer", "audience") if not item.get(name)]
+            if not (item.get("jwks_uri") or item.get("jwks_file")):
+                lacking.append("jwks_uri or jwks_file")
+            if lacking:
+                raise ConfigError(f"LUCID_TRUSTED_ISSUERS: the issuer {item.get('issuer') or '(unnamed)'!r} lacks "
+                                  f"{', '.join(lacking)} (each needs issuer, audience and jwks_uri or jwks_file)")
+            issuers.append(cls(**item))
         return issuers
 
 
