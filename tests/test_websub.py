@@ -685,7 +685,7 @@ def test_every_callback_is_called_at_its_url_exactly_as_given(ws_hub: RunningHub
     update(hub, status("o1", "open", "packed"))
     hub.runtime.windows.evaluate_due()
     hub.runtime.rules.run_deferred()
-    for kind, target in given.items():
+    for target in given.values():
         callback.wait(lambda target=target: any(t == target for m, t in callback.targets if m == "POST"), 30)
     verification = next(t for m, t in callback.targets if m == "GET" and "/websub?" in t)
     assert verification.startswith(given["websub"] + "&hub.mode=subscribe")
