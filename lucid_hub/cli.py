@@ -3,6 +3,7 @@ prints; errors are one line on stderr with a non-zero exit, never a traceback.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import click
 import pyoxigraph as ox
 
 from lucid_hub import __version__
-from lucid_hub.config import Settings
+from lucid_hub.config import Settings, listening_url
 from lucid_hub.diff import DiffEngine
 from lucid_hub.errors import InputError, InputTooLargeError, LucidError, RemoteRefusedError, RemoteUnreachableError
 from lucid_hub.rdf.apply import GraphReplica
@@ -52,6 +53,37 @@ class _Context:
 pass_ctx = click.make_pass_decorator(_Context)
 
 
+class _Iri(click.ParamType[str]):
+    """An absolute IRI (a graph's, a rule's): a usage error naming the option otherwise."""
+
+    name = "IRI"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            ox.NamedNode(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not an absolute IRI (such as https://acme.example/graphs/kpi)", param, ctx)
+        return str(value)
+
+
+IRI = _Iri()
+
+
+class _Url(click.ParamType[str]):
+    """An http(s) URL (a hub's): a usage error naming the option otherwise."""
+
+    name = "URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.startswith(("http://", "https://")) or len(text.split("//", 1)[1].strip("/")) == 0:
+            self.fail(f"{text!r} is not an http(s) URL (such as https://hub.acme.example)", param, ctx)
+        return text
+
+
+URL = _Url()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lucid-hub")
 @click.pass_context
@@ -76,7 +108,7 @@ def _read_limited(path: Path, limit: int, what: str) -> bytes:
 
 
 @cli.command()
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--input-format", help="RDF syntax of FILE (default: from its extension).")
 @click.option("--hash", "algorithm", type=click.Choice(["sha256", "sha384"]), default="sha256",
               show_default=True, help="Hash function of RDFC-1.0.")
@@ -88,14 +120,14 @@ def canon(state: _Context, file: Path, input_format: str | None, algorithm: str)
 
 
 @cli.command()
-@click.argument("old", type=click.Path(path_type=Path, dir_okay=True))
-@click.argument("new", type=click.Path(path_type=Path, dir_okay=True))
-@click.option("--graph", help="IRI of the graph that triples (and default-graph quads) belong to.")
+@click.argument("old", type=click.Path(path_type=Path, exists=True, dir_okay=True))
+@click.argument("new", type=click.Path(path_type=Path, exists=True, dir_okay=True))
+@click.option("--graph", type=IRI, help="IRI of the graph that triples (and default-graph quads) belong to.")
 @click.option("--prev", help="Id of the patch that produced OLD (none: OLD is the first version).")
 @click.option("--author", default="", help="Patch author.")
 @click.option("--message", default="", help="Patch message.")
 @click.option("--created", help="Creation time, ISO 8601 (default: now). For reproducible patches.")
-@click.option("--key", "key_file", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--key", "key_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Private Ed25519 key (PEM or JWK) to sign with; unsigned without it.")
 @click.option("--format", "fmt", type=click.Choice(PATCH_FORMATS), default="rdf-patch",
               show_default=True)
@@ -156,8 +188,8 @@ def _parse_time(text: str) -> datetime:
 
 
 @cli.command()
-@click.argument("patch_file", metavar="PATCH", type=click.Path(path_type=Path, dir_okay=False))
-@click.argument("base", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("patch_file", metavar="PATCH", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.argument("base", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--version", "version", help="Id of the version BASE is at (default: none, "
               "i.e. BASE is the content before the graph's first patch).")
 @click.option("--format", "out_format", default="nquads", show_default=True,
@@ -190,8 +222,8 @@ def apply(state: _Context, patch_file: Path, base: Path, version: str | None, ou
 
 
 @cli.command()
-@click.argument("patch_file", metavar="PATCH", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--jwks", "jwks_file", required=True, type=click.Path(path_type=Path, dir_okay=False),
+@click.argument("patch_file", metavar="PATCH", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--jwks", "jwks_file", required=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="The publisher's public keys (JWKS).")
 @click.option("--patch-format", type=click.Choice(PATCH_FORMATS), help="Default: detected.")
 @pass_ctx
@@ -228,7 +260,7 @@ def keys_generate(out_dir: Path) -> None:
 
 
 @keys.command("rotate")
-@click.option("--dir", "key_dir", required=True, type=click.Path(path_type=Path, file_okay=False))
+@click.option("--dir", "key_dir", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
 def keys_rotate(key_dir: Path) -> None:
     """Make a new active key; the old one stays in the JWKS for verification."""
     from lucid_hub.signing import KeyRing
@@ -278,15 +310,17 @@ def serve(state: _Context, host: str | None, port: int | None, server_kind: str,
     settings = replace(state.settings, host=host or state.settings.host, port=port or state.settings.port,
                        web_workers=workers or state.settings.web_workers,
                        web_threads=threads or state.settings.web_threads)
+    if not os.environ.get("LUCID_PUBLIC_URL"):  # not configured: where this hub listens now
+        settings = replace(settings, public_url=listening_url(settings.host, settings.port))
     run_server(settings, click.echo, server_kind)
 
 
 @cli.command()
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--graph", required=True, help="IRI of the graph FILE's content replaces.")
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--graph", type=IRI, required=True, help="IRI of the graph FILE's content replaces.")
 @click.option("--message", default="", help="Patch message.")
 @click.option("--author", default="", help="Patch author (default: your user name).")
-@click.option("--hub", "hub_url", help="URL of a running hub (default: publish into LUCID_DATA_DIR directly).")
+@click.option("--hub", "hub_url", type=URL, help="URL of a running hub (default: the hub of LUCID_DATA_DIR).")
 @click.option("--input-format", help="RDF syntax of FILE (default: from its extension).")
 @click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default="auto", show_default=True,
               help="Diff engine; auto uses Spark from LUCID_SPARK_THRESHOLD_BYTES on.")
@@ -297,15 +331,19 @@ def publish(state: _Context, file: Path, graph: str, message: str, author: str, 
     from lucid_hub.commands.publish_file import publish_file
 
     who = author or os.environ.get("USER", "") or "cli"
-    publish_file(state.settings, file, graph, author=who, message=message, hub_url=hub_url,
-                 fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo, engine=engine)
+    remote = _hub_for(state, hub_url, None)  # (beside a hub serving the data directory: through it)
+    with _saying_if_new(state):
+        publish_file(state.settings, file, graph, author=who, message=message, hub_url=remote and remote[0],
+                     fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo, engine=engine,
+                     token=remote and remote[1])
 
 
 @cli.command()
-@click.option("--hub", "hub_url", required=True, help="URL of the hub that evaluates the query.")
-@click.option("--query", "query_file", required=True, type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--hub", "hub_url", type=URL, required=True, help="URL of the hub that evaluates the query.")
+@click.option("--query", "query_file", required=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="File with a SPARQL SELECT, ASK or CONSTRUCT query.")
-@click.option("--graph", "graphs", multiple=True, help="A graph of the query's default graph (default: every "
+@click.option("--graph", "graphs", type=IRI, multiple=True,
+              help="A graph of the query's default graph (default: every "
               "graph you may read, or the query's FROM).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON notification per line (for programs).")
 @click.option("--state", "state_file", type=click.Path(path_type=Path, dir_okay=False),
@@ -339,14 +377,26 @@ def worker(state: _Context, name: str | None) -> None:
 def mirror() -> None:
     """Mirrors of other hubs' graphs (this hub subscribes, verifies and applies their patches).
 
-    These commands change the data directory's database; a running hub acts on the change
-    within a second (subscribes, unsubscribes), a stopped one at its next start."""
+    Beside the hub that serves the data directory, these commands go through it (its own
+    settings decide what it may reach); otherwise they change the data directory's database
+    and the hub acts on it at its next start."""
+
+
+def _jwks_source(source: str | None) -> str | None:
+    """A JWKS to pin as the hub takes it: a URL as it is, a file's content inline."""
+    if source is None or source.startswith(("http://", "https://")):
+        return source
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{source}: cannot read the publisher's keys: {exc.strerror or exc}") from None
 
 
 @mirror.command("add")
-@click.option("--hub", "hub_url", help="The publisher's WebSub hub URL (e.g. https://acme.example/hub).")
-@click.option("--graph", help="IRI of the graph to mirror.")
-@click.option("--from", "graph_url", help="The graph's URL at the publisher: hub and graph found by its Link headers.")
+@click.option("--hub", "hub_url", type=URL, help="The publisher's WebSub hub URL (e.g. https://acme.example/hub).")
+@click.option("--graph", type=IRI, help="IRI of the graph to mirror.")
+@click.option("--from", "graph_url", type=URL,
+              help="The graph's URL at the publisher: hub and graph found by its Link headers.")
 @click.option("--client-id", required=True, help="Our client at the publisher (from its 'clients create').")
 @click.option("--client-secret", required=True, envvar="LUCID_MIRROR_CLIENT_SECRET",
               help="Its secret (or LUCID_MIRROR_CLIENT_SECRET, which keeps it out of the shell history).")
@@ -360,10 +410,17 @@ def mirror_add(state: _Context, hub_url: str | None, graph: str | None, graph_ur
     from lucid_hub.mirror import add_mirror
     from lucid_hub.outbound import AddressPolicy
 
-    with _database(state) as database:
-        added = add_mirror(database, policy=AddressPolicy.of(state.settings), graph=graph, hub_url=hub_url,
-                           client_id=client_id, client_secret=client_secret, trust_jwks=trust_jwks,
-                           graph_url=graph_url)
+    jwks = _jwks_source(trust_jwks)
+    remote = _hub_for(state, None, None)
+    if remote:
+        added = _remote(*remote, "POST", "/admin/mirrors", json={
+            "hub": hub_url, "graph": graph, "from": graph_url, "client_id": client_id,
+            "client_secret": client_secret, "trust_jwks": jwks})
+    else:
+        with _database(state) as database:
+            added = add_mirror(database, policy=AddressPolicy.of(state.settings), graph=graph, hub_url=hub_url,
+                               client_id=client_id, client_secret=client_secret, trust_jwks=jwks,
+                               graph_url=graph_url)
     click.echo(json.dumps(added, indent=2))
 
 
@@ -375,8 +432,13 @@ def mirror_list(state: _Context) -> None:
 
     from lucid_hub.mirror import list_mirrors
 
-    with _database(state) as database:
-        click.echo(json.dumps(list_mirrors(database), indent=2))
+    remote = _hub_for(state, None, None)
+    if remote:
+        found = _remote(*remote, "GET", "/admin/mirrors")["mirrors"]
+    else:
+        with _database(state, writes=False) as database:
+            found = list_mirrors(database)
+    click.echo(json.dumps(found, indent=2))
 
 
 @mirror.command("remove")
@@ -386,8 +448,12 @@ def mirror_remove(state: _Context, mirror_ref: str) -> None:
     """Stop mirroring (the hub unsubscribes); the local copy stays readable until purged."""
     from lucid_hub.mirror import remove_mirror
 
-    with _database(state) as database:
-        remove_mirror(database, mirror_ref)
+    remote = _hub_for(state, None, None)
+    if remote:
+        _remote(*remote, "DELETE", "/admin/mirrors", params={"id": mirror_ref})
+    else:
+        with _database(state) as database:
+            remove_mirror(database, mirror_ref)
     click.echo(f"mirror {mirror_ref} removed")
 
 
@@ -405,14 +471,24 @@ def mirror_trust(state: _Context, mirror_ref: str, source: str, replace: bool) -
     from lucid_hub.mirror import trust_mirror
     from lucid_hub.outbound import AddressPolicy
 
-    with _database(state) as database:
-        click.echo(json.dumps(trust_mirror(database, mirror_ref, source, policy=AddressPolicy.of(state.settings),
-                                           replace=replace), indent=2))
+    jwks = _jwks_source(source)
+    assert jwks is not None
+    remote = _hub_for(state, None, None)
+    if remote:
+        mirrors = _remote(*remote, "GET", "/admin/mirrors")["mirrors"]
+        ident = next((m["id"] for m in mirrors if mirror_ref in (m["id"], m["graph"])), mirror_ref)
+        trusted = _remote(*remote, "POST", f"/admin/mirrors/{ident}/trust", json={"jwks": jwks, "replace": replace})
+    else:
+        with _database(state) as database:
+            trusted = trust_mirror(database, mirror_ref, jwks, policy=AddressPolicy.of(state.settings),
+                                   replace=replace)
+    click.echo(json.dumps(trusted, indent=2))
 
 
 @cli.group()
 def clients() -> None:
-    """OAuth clients of partners (client credentials grant)."""
+    """OAuth clients of partners (client credentials grant). Beside the hub that serves the
+    data directory, these commands go through it."""
 
 
 @clients.command("create")
@@ -431,11 +507,18 @@ def clients_create(state: _Context, name: str, groups: tuple[str, ...], scopes: 
 
     from lucid_hub.auth.clients import ClientRegistry
 
-    with _database(state) as database:
-        words = [w for s in scopes for w in s.split()]
-        record, secret = ClientRegistry(database).create(
-            name, groups=list(groups), scopes=words or None, callback_prefixes=list(callback_prefixes))
-    click.echo(json.dumps({**record.to_json(), "client_secret": secret}, indent=2))
+    words = [w for s in scopes for w in s.split()]
+    remote = _hub_for(state, None, None)
+    if remote:
+        created = _remote(*remote, "POST", "/admin/clients", json={"name": name, "groups": list(groups),
+                                                                     "scopes": words or None,
+                                                                     "callback_prefixes": list(callback_prefixes)})
+    else:
+        with _database(state) as database:
+            record, secret = ClientRegistry(database).create(
+                name, groups=list(groups), scopes=words or None, callback_prefixes=list(callback_prefixes))
+        created = {**record.to_json(), "client_secret": secret}
+    click.echo(json.dumps(created, indent=2))
 
 
 @clients.command("list")
@@ -446,8 +529,13 @@ def clients_list(state: _Context) -> None:
 
     from lucid_hub.auth.clients import ClientRegistry
 
-    with _database(state) as database:
-        click.echo(json.dumps([c.to_json() for c in ClientRegistry(database).list()], indent=2))
+    remote = _hub_for(state, None, None)
+    if remote:
+        found = _remote(*remote, "GET", "/admin/clients")["clients"]
+    else:
+        with _database(state, writes=False) as database:
+            found = [c.to_json() for c in ClientRegistry(database).list()]
+    click.echo(json.dumps(found, indent=2))
 
 
 @clients.command("delete")
@@ -457,8 +545,12 @@ def clients_delete(state: _Context, client_id: str) -> None:
     """Delete a client (its tokens stop working when they expire; revoke them to stop them now)."""
     from lucid_hub.auth.clients import ClientRegistry
 
-    with _database(state) as database:
-        ClientRegistry(database).delete(client_id)
+    remote = _hub_for(state, None, None)
+    if remote:
+        _remote(*remote, "DELETE", f"/admin/clients/{client_id}")
+    else:
+        with _database(state) as database:
+            ClientRegistry(database).delete(client_id)
     click.echo(f"deleted {client_id}")
 
 
@@ -485,37 +577,60 @@ def admin_create(state: _Context, username: str, password_stdin: bool) -> None:
 
 
 @contextmanager
-def _database(state: _Context) -> Iterator[Any]:
-    """The hub's database, schema brought up to date."""
+def _saying_if_new(state: _Context) -> Iterator[None]:
+    """Around a command that writes: if it made a new hub's data directory, it says where (a
+    mistyped LUCID_DATA_DIR shows here, not as a client the running hub never heard of)."""
+    settings = state.settings
+    marker = settings.data_dir / "lucid-hub.db"
+    new = not settings.database_url and not marker.is_file()
+    try:
+        yield
+    finally:
+        if new and marker.is_file():
+            click.echo(f"lucid-hub: made a new hub's data directory: {settings.data_dir} (LUCID_DATA_DIR)", err=True)
+
+
+@contextmanager
+def _database(state: _Context, *, writes: bool = True) -> Iterator[Any]:
+    """The hub's database. A command that only reads needs an existing hub's (it never makes a
+    data directory or a schema where a mistyped LUCID_DATA_DIR points); one that writes makes
+    a new hub's when there is none, and says where."""
     from lucid_hub.db.session import Database
 
-    state.settings.data_dir.mkdir(parents=True, exist_ok=True)
-    database = Database(state.settings.db_url)
-    try:
-        database.upgrade()
-        yield database
-    finally:
-        database.dispose()
+    settings = state.settings
+    if not writes and not settings.database_url and not (settings.data_dir / "lucid-hub.db").is_file():
+        raise InputError(f"no hub's data at {settings.data_dir} (LUCID_DATA_DIR): point LUCID_DATA_DIR at the "
+                         "data directory of the hub `lucid-hub serve` runs on")
+    with _saying_if_new(state) if writes else contextlib.nullcontext():
+        if writes:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        database = Database(settings.db_url)
+        try:
+            if writes:
+                database.upgrade()
+            elif not database.is_current():
+                raise InputError("the database (LUCID_DATABASE_URL) holds no lucid-hub schema: start the hub or run "
+                                 "`lucid-hub db upgrade` first")
+            yield database
+        finally:
+            database.dispose()
 
 
 @cli.command("log")
-@click.option("--graph", required=True, help="IRI of an owned graph.")
+@click.option("--graph", type=IRI, required=True, help="IRI of an owned graph.")
 @pass_ctx
 def log_command(state: _Context, graph: str) -> None:
     """Print a graph's history: id, prev, author, time and counts, oldest first."""
     from lucid_hub.archive import Archive
-    from lucid_hub.db.session import Database
     from lucid_hub.errors import NotFoundError
 
-    db = Database(state.settings.db_url)  # the archive alone (no store): works beside a running hub
-    try:
-        if not db.is_current():
-            raise NotFoundError(f"unknown graph <{graph}>")
-        for record in Archive(db).history(graph):
+    with _database(state, writes=False) as db:  # the archive alone (no store): works beside a running hub
+        archive = Archive(db)
+        if not archive.exists(graph):
+            raise NotFoundError(f"no graph <{graph}> in the archive at {state.settings.data_dir} (LUCID_DATA_DIR)")
+        for record in archive.history(graph):
             click.echo(f"{record.id}  prev={record.prev or '-'}  {record.created:%Y-%m-%dT%H:%M:%SZ}  "
                        f"-{record.removed} +{record.added}  {record.author}  {record.message}")
-    finally:
-        db.dispose()
 
 
 @cli.group()
@@ -835,15 +950,28 @@ def _rule_file(file: Path) -> str:
 def _runtime(state: _Context) -> Iterator[Any]:
     from lucid_hub.runtime import Runtime
 
-    rt = Runtime.open(state.settings)
-    try:
-        yield rt
-    finally:
-        rt.close()
+    with _saying_if_new(state):
+        rt = Runtime.open(state.settings)
+        try:
+            yield rt
+        finally:
+            rt.close()
+
+
+def _hub_for(state: _Context, hub_url: str | None, token: str | None) -> tuple[str, str | None] | None:
+    """Where a command that needs the hub's parts sends its request: to `--hub`, or to the hub
+    serving this data directory (it holds the store; lucid_hub.commands.handoff); None: open
+    the data directory here (no hub serves it)."""
+    if hub_url:
+        return hub_url, token
+    from lucid_hub.commands.handoff import running
+
+    found = running(state.settings)
+    return (found.url, found.token) if found else None
 
 
 def _remote(hub_url: str, token: str | None, method: str, path: str, **kwargs: Any) -> Any:
-    """A call to a running hub's rules API; its JSON (None for 204). One line on failure."""
+    """A call to a running hub's API; its JSON (None when it has no body). One line on failure."""
     import requests
 
     if not token:
@@ -864,12 +992,12 @@ def _remote(hub_url: str, token: str | None, method: str, path: str, **kwargs: A
     return answer.json() if answer.content else None
 
 
-_hub_option = click.option("--hub", "hub_url", help="A running hub's URL (else: this data directory).")
+_hub_option = click.option("--hub", "hub_url", type=URL, help="A running hub's URL (else: the hub of LUCID_DATA_DIR).")
 _token_option = click.option("--token", envvar="LUCID_HUB_TOKEN", help="Access token for --hub (or LUCID_HUB_TOKEN).")
 
 
 @rules.command("add")
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @_hub_option
 @_token_option
 @pass_ctx
@@ -879,8 +1007,9 @@ def rules_add(state: _Context, file: Path, hub_url: str | None, token: str | Non
     import json
 
     text = _rule_file(file)
-    if hub_url:
-        added = _remote(hub_url, token, "POST", "/rules", data=text.encode(),
+    remote = _hub_for(state, hub_url, token)
+    if remote:
+        added = _remote(*remote, "POST", "/rules", data=text.encode(),
                         headers={"Content-Type": "text/plain; charset=utf-8"})["rules"]
     else:
         from lucid_hub.rules.engine import OPERATOR
@@ -898,8 +1027,9 @@ def rules_list(state: _Context, hub_url: str | None, token: str | None) -> None:
     """The rules as JSON (IRI, priority, coupling, event graph, action, owner)."""
     import json
 
-    if hub_url:
-        found = _remote(hub_url, token, "GET", "/rules")["rules"]
+    remote = _hub_for(state, hub_url, token)
+    if remote:
+        found = _remote(*remote, "GET", "/rules")["rules"]
     else:
         with _runtime(state) as rt:
             found = [r.describe() for r in rt.rules.rules()]
@@ -907,7 +1037,7 @@ def rules_list(state: _Context, hub_url: str | None, token: str | None) -> None:
 
 
 @rules.command("show")
-@click.argument("iri")
+@click.argument("iri", type=IRI)
 @_hub_option
 @_token_option
 @pass_ctx
@@ -915,9 +1045,10 @@ def rules_show(state: _Context, iri: str, hub_url: str | None, token: str | None
     """A rule's text, and its recent firings (as JSON)."""
     import json
 
-    if hub_url:
-        rule = _remote(hub_url, token, "GET", "/rules", params={"iri": iri})
-        history = _remote(hub_url, token, "GET", "/rules/firings", params={"rule": iri, "limit": 20})["firings"]
+    remote = _hub_for(state, hub_url, token)
+    if remote:
+        rule = _remote(*remote, "GET", "/rules", params={"iri": iri})
+        history = _remote(*remote, "GET", "/rules/firings", params={"rule": iri, "limit": 20})["firings"]
     else:
         with _runtime(state) as rt:
             rule = rt.rules.get(iri).describe()
@@ -927,14 +1058,15 @@ def rules_show(state: _Context, iri: str, hub_url: str | None, token: str | None
 
 
 @rules.command("remove")
-@click.argument("iri")
+@click.argument("iri", type=IRI)
 @_hub_option
 @_token_option
 @pass_ctx
 def rules_remove(state: _Context, iri: str, hub_url: str | None, token: str | None) -> None:
     """Remove a rule (a signed patch of the rules graph, like every change)."""
-    if hub_url:
-        _remote(hub_url, token, "DELETE", "/rules", params={"iri": iri})
+    remote = _hub_for(state, hub_url, token)
+    if remote:
+        _remote(*remote, "DELETE", "/rules", params={"iri": iri})
     else:
         from lucid_hub.rules.engine import OPERATOR
 
@@ -944,7 +1076,7 @@ def rules_remove(state: _Context, iri: str, hub_url: str | None, token: str | No
 
 
 @rules.command("explain")
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 def rules_explain(file: Path) -> None:
     """Check a rule file and show its triggering graph: exit 0 when the set terminates, 1
     with the reason when it is not in the language or can fire forever."""
@@ -961,10 +1093,10 @@ def rules_explain(file: Path) -> None:
 
 
 @rules.command("test")
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--patch", "patch_file", required=True, type=click.Path(path_type=Path, dir_okay=False),
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--patch", "patch_file", required=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="An RDF Patch (A/D lines) of one graph: the change to try the rules on.")
-@click.option("--graph", help="The patch's graph (when the patch does not name it with H graph).")
+@click.option("--graph", type=IRI, help="The patch's graph (when the patch does not name it with H graph).")
 @pass_ctx
 def rules_test(state: _Context, file: Path, patch_file: Path, graph: str | None) -> None:
     """Run the rules of FILE on a patch, against this hub's graphs as they are, writing
@@ -978,11 +1110,17 @@ def rules_test(state: _Context, file: Path, patch_file: Path, graph: str | None)
     target = graph or doc.iri("graph")
     if not target:
         raise InputError(f"{patch_file}: name the patch's graph with --graph (or H graph <iri> in the patch)")
-    removed = [s for m in doc.removed for s in m.statements]
-    added = [s for m in doc.added for s in m.statements]
-    with _runtime(state) as rt:
-        for firing in rt.rules.simulate(_rule_file(file), target, removed, added):
-            click.echo(json.dumps(firing, sort_keys=True))
+    remote = _hub_for(state, None, None)
+    if remote:
+        firings = _remote(*remote, "POST", "/admin/rules/test", json={
+            "rules": _rule_file(file), "graph": target, "patch": raw.decode("utf-8", errors="replace")})["firings"]
+    else:
+        removed = [s for m in doc.removed for s in m.statements]
+        added = [s for m in doc.added for s in m.statements]
+        with _runtime(state) as rt:
+            firings = rt.rules.simulate(_rule_file(file), target, removed, added)
+    for firing in firings:
+        click.echo(json.dumps(firing, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,14 @@ from lucid_hub.networks import Network, parse_networks
 ENV_PREFIX = "LUCID_"
 
 
+def listening_url(host: str, port: int) -> str:
+    """The URL of a listening address: what LUCID_PUBLIC_URL is when it is not configured (a
+    wildcard address is reached at loopback)."""
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 (a comparison, not a bind)
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def _default_data_dir() -> Path:
     return Path.cwd() / "data"
 
@@ -227,6 +235,8 @@ class Settings:
             if raw is None or raw == "":
                 continue
             values[f.name] = _convert(f.name, raw, f.type)
+        if "public_url" not in values:  # the listening address, as partners on this machine reach it
+            values["public_url"] = listening_url(values.get("host", cls.host), values.get("port", cls.port))
         settings = cls(**values)
         settings._validate()
         return settings

@@ -69,6 +69,9 @@ def dict_config(log_format: str, level: str) -> dict[str, Any]:
             "werkzeug": {"level": "WARNING"},
             # librdkafka's retries while a broker is away: once is enough in the log.
             "confluent_kafka": {"level": "WARNING"},
+            # Alembic says what it found at each start (seven lines); only what it did matters,
+            # and `lucid-hub db upgrade` says that itself.
+            "alembic": {"level": "WARNING"},
         },
     }
 

@@ -17,15 +17,22 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from lucid_hub import gcpause
-from lucid_hub.config import Settings
-from lucid_hub.errors import ConfigError
+from lucid_hub.auth.tokens import TrustedIssuer
+from lucid_hub.commands import handoff
+from lucid_hub.config import Settings, listening_url
+from lucid_hub.db.session import Database
+from lucid_hub.errors import ConfigError, LucidError
 from lucid_hub.logging_setup import configure_logging, dict_config
 from lucid_hub.metrics import mark_process_dead, use_multiprocess_metrics
+from lucid_hub.policy.policy_graph import read_policy_dir
 from lucid_hub.runtime import Runtime
 from lucid_hub.web import create_app
 
@@ -46,18 +53,55 @@ def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto")
             server = "werkzeug"
     if settings.web_workers > 1 and server != "gunicorn":
         raise ConfigError("LUCID_WEB_WORKERS above 1 needs gunicorn (werkzeug's server is one process)")
+    check_before_serving(settings)
     echo(f"lucid-hub serving on http://{settings.host}:{settings.port} with {server} "
          f"(public URL {settings.public_url}, data in {settings.data_dir})")
-    if server == "gunicorn":
-        metrics_dir = use_multiprocess_metrics() if settings.web_workers > 1 else None
-        try:
-            _serve_gunicorn(settings)
-        finally:
-            if metrics_dir is not None:
-                shutil.rmtree(metrics_dir, ignore_errors=True)
-    else:
-        _serve_werkzeug(settings)
+    served = handoff.record(settings, listening_url(settings.host, settings.port))  # for commands beside it
+    try:
+        if server == "gunicorn":
+            metrics_dir = use_multiprocess_metrics() if settings.web_workers > 1 else None
+            try:
+                _serve_gunicorn(settings)
+            finally:
+                if metrics_dir is not None:
+                    shutil.rmtree(metrics_dir, ignore_errors=True)
+        else:
+            _serve_werkzeug(settings)
+    finally:
+        handoff.forget(served)
     echo("lucid-hub stopped")
+
+
+def check_before_serving(settings: Settings) -> None:
+    """What would stop the hub once its server runs (in a forked worker, as a traceback and
+    "Worker failed to boot"), checked first: each failure is one line naming what to change.
+    The listening addresses are free; the access conditions and trusted issuers load; the
+    database answers, its schema brought up to date."""
+    _free(settings.host, settings.port, "--port or LUCID_PORT")
+    if settings.metrics_port:
+        _free(settings.host, settings.metrics_port, "LUCID_METRICS_PORT")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    read_policy_dir(settings.policies_dir)
+    TrustedIssuer.parse_all(settings.trusted_issuers)
+    database = Database(settings.db_url)
+    try:
+        database.upgrade()
+    except SQLAlchemyError as exc:
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        raise ConfigError(f"cannot use the database {database.engine.url!r} (LUCID_DATABASE_URL): {reason}") from None
+    finally:
+        database.dispose()
+
+
+def _free(host: str, port: int, setting: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no use
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another hub there?); "
+                              f"choose another port with {setting}") from None
 
 
 def _serve_werkzeug(settings: Settings) -> None:
@@ -116,7 +160,11 @@ def _serve_gunicorn(settings: Settings) -> None:
         def load(self) -> Any:
             # In the worker: open the runtime there, after the fork. With several workers the
             # leader's relay looks at the outbox often: the others' publishes wait for it.
-            self.runtime = Runtime.open(settings)
+            try:
+                self.runtime = Runtime.open(settings)
+            except LucidError as exc:  # one line, not gunicorn's traceback; 3: gunicorn stops ("failed to boot")
+                log.error("cannot start: %s", exc)
+                raise SystemExit(3) from None
             _exit_on_lost_leadership(self.runtime)
             app = create_app(settings, self.runtime)
             gcpause.freeze_startup()

@@ -252,6 +252,15 @@ def test_the_admin_api_refuses_bad_mirror_requests(hubs: tuple[RunningHub, Runni
                                                "client_secret": secret}, timeout=30)
     assert unreachable.status_code == 400 and "cannot" in unreachable.text
     body = {"hub": f"{publisher.url}/hub", "graph": G, "client_id": client_id, "client_secret": secret}
+    ungranted = partner.http.post(url, json=body, timeout=30)  # a mirror that would be denied at once: not made
+    assert ungranted.status_code == 400 and "does not let this client read" in ungranted.text
+    misspelt = partner.http.post(url, json={**body, "graph": G + "-typo"}, timeout=30)
+    assert misspelt.status_code == 400, misspelt.text
+    granted = {"iri": "urn:c:globex-reads-kpi", "requiresGroup": ["partner-globex"], "readGraph": [G, G + "-typo"]}
+    assert publisher.http.post(f"{publisher.url}/admin/conditions", json=granted, timeout=30).status_code == 201
+    publish(publisher, version(0))
+    misspelt = partner.http.post(url, json={**body, "graph": G + "-typo"}, timeout=30)
+    assert misspelt.status_code == 400 and f"has no graph <{G}-typo>" in misspelt.text
     assert partner.http.post(url, json=body, timeout=30).status_code == 201
     again = partner.http.post(url, json=body, timeout=30)
     assert again.status_code == 409 and "mirrored already" in again.text

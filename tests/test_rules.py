@@ -295,7 +295,7 @@ DO NOTIFY <{callback.url}>
     headers, body = callback.deliveries[0]
     assert headers["Content-Type"] == "application/ld+json"
     # what a lucid-hub inbox (or any LDN receiver reading AS 2.0) makes of it
-    triples = parse_notification(body, "application/ld+json", callback.url, 10_000)
+    triples = parse_notification(body, "application/ld+json", callback.url, 10_000, 65_536)
     (activity,) = activities(triples)
     kinds = {t.object.value for t in triples if t.subject == activity and t.predicate.value.endswith("#type")}
     assert [k.split("://", 1)[1] for k in kinds] == ["www.w3.org/ns/activitystreams#Announce"]

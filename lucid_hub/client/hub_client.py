@@ -107,8 +107,10 @@ def discover(url: str, http: requests.Session, token: str | None = None) -> tupl
 
 
 def fetch_jwks(source: str, http: requests.Session) -> str:
-    """The text of a JWKS at a URL or in a file (InputError when it cannot be had: the
-    operator named it)."""
+    """The text of a JWKS at a URL or in a file, or given itself (a JSON object); InputError
+    when it cannot be had: the operator named it."""
+    if source.lstrip().startswith("{"):
+        return source
     if source.startswith(("http://", "https://")):
         try:
             response = http.get(source, timeout=TIMEOUT)
@@ -211,6 +213,20 @@ class HubClient:
             raise RemoteRefusedError(f"the publisher's graph answered {answer.status_code}: {answer.text[:300]}",
                                      answer.status_code)
         return bytes(answer.content)
+
+    def check_graph(self, graph: str) -> None:
+        """That the hub has the graph and this client may read it: RemoteRefusedError saying
+        which of the two is not so (status 404, or 401/403)."""
+        answer = self._call("head", f"{self.base}/graphs", f"the hub {self.base}", params={"graph": graph},
+                            timeout=TIMEOUT, headers=self._headers())
+        if answer.status_code == 404:
+            raise RemoteRefusedError(f"the hub at {self.base} has no graph <{graph}> (is the IRI right?)", 404)
+        if answer.status_code in (401, 403):
+            raise RemoteRefusedError(f"the hub at {self.base} does not let this client read <{graph}>: it needs "
+                                     "an access condition there that grants it", answer.status_code)
+        if answer.status_code >= 400:
+            raise RemoteRefusedError(f"the hub at {self.base} answered {answer.status_code} for <{graph}>",
+                                     answer.status_code)
 
     def may_read(self, graph: str) -> bool:
         """Whether this client may read the graph now (False only on a 401 or 403)."""

@@ -27,19 +27,23 @@ MEDIA_TYPES = {"nt": "application/n-triples", "nq": "application/n-quads", "ttl"
 
 def publish_file(settings: Settings, path: Path, graph: str, *, author: str, message: str, hub_url: str | None,
                  fmt: str | None, canonicalizer: Canonicalizer, echo: Callable[[str], None],
-                 engine: str = "auto", spark: Any = None) -> None:
+                 engine: str = "auto", spark: Any = None, token: str | None = None) -> None:
     """Publish `path` as the new content of `graph`, saying what happens as it goes.
 
     engine: `local`, `spark` (a Spark job diffs the store's current version against the
     file), or `auto` (Spark from LUCID_SPARK_THRESHOLD_BYTES on, when pyspark is installed).
+    With `hub_url`, the hub publishes it, called with `token` (default: from LUCID_ACCESS_TOKEN
+    or LUCID_CLIENT_ID and LUCID_CLIENT_SECRET).
     """
     if engine == "auto":
         engine = "spark" if path.stat().st_size >= settings.spark_threshold_bytes and _has_spark() else "local"
     if hub_url and engine == "spark":
-        _publish_spark_http(settings, hub_url, path, graph, message=message, echo=echo, spark=spark)
+        client = HubClient(hub_url, token=token or hub_token(hub_url, "graphs:read graphs:write"))
+        _publish_spark_http(settings, client, path, graph, message=message, echo=echo, spark=spark)
         return
-    if hub_url:
-        _publish_http(hub_url, path, graph, author=author, message=message, fmt=fmt, echo=echo)
+    if hub_url:  # the hub records the token's party as the author
+        client = HubClient(hub_url, token=token or hub_token(hub_url, "graphs:write"))
+        _publish_http(client, path, graph, message=message, fmt=fmt, echo=echo)
         return
     from lucid_hub.runtime import Runtime
 
@@ -65,11 +69,9 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
     _report(echo, graph, patch, started)
 
 
-def _publish_http(hub_url: str, path: Path, graph: str, *, author: str, message: str, fmt: str | None,
+def _publish_http(client: HubClient, path: Path, graph: str, *, message: str, fmt: str | None,
                   echo: Callable[[str], None]) -> None:
     rdf_fmt = format_of_path(path, fmt)
-    # the hub records the token's party as the author
-    client = HubClient(hub_url, token=hub_token(hub_url, "graphs:write"))
     size = path.stat().st_size
     with path.open("rb") as raw, click.progressbar(length=size, label=f"uploading {path.name}",
                                                    file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
@@ -114,7 +116,7 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
     _report(echo, graph, patch, started)
 
 
-def _publish_spark_http(settings: Settings, hub_url: str, path: Path, graph: str, *, message: str,
+def _publish_spark_http(settings: Settings, client: HubClient, path: Path, graph: str, *, message: str,
                         echo: Callable[[str], None], spark: Any) -> None:
     """A Spark job beside a running hub (a Kubernetes Job, a SparkApplication): it exports the
     graph's current version over HTTP, diffs it against the file on Spark, and uploads the
@@ -125,7 +127,6 @@ def _publish_spark_http(settings: Settings, hub_url: str, path: Path, graph: str
     from lucid_hub.rdf.rdfpatch import MEDIA_TYPE
 
     started = time.monotonic()
-    client = HubClient(hub_url, token=hub_token(hub_url, "graphs:read graphs:write"))
     with tempfile.TemporaryDirectory(prefix="lucid-publish-") as tmp:
         old = Path(tmp) / "current.nt"
         version = client.download_graph(graph, old)  # None: a new graph, diffed against nothing

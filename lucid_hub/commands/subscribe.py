@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-from lucid_hub.client import hub_token
+from lucid_hub.client import HubClient, hub_token
 from lucid_hub.errors import InputError, RemoteRefusedError, RemoteUnreachableError
 
 TIMEOUT = 30.0
@@ -65,8 +65,11 @@ def follow(hub_url: str, query: str, *, state_file: Path, as_json: bool, count: 
            echo: Callable[[str], None], default_graphs: list[str] | None = None) -> int:
     """Follow the query; returns the number of notifications printed."""
     hub_url = hub_url.rstrip("/")
+    token = hub_token(hub_url, "graphs:read")
     http = requests.Session()
-    http.headers["Authorization"] = f"Bearer {hub_token(hub_url, 'graphs:read')}"
+    http.headers["Authorization"] = f"Bearer {token}"
+    for graph in default_graphs or []:  # a misspelt graph fails now, not as a query that never says anything
+        HubClient(hub_url, token=token).check_graph(graph)
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     printed = 0
 

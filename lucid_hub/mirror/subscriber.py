@@ -71,12 +71,18 @@ def _http(policy: AddressPolicy) -> requests.Session:
 # --- the registry (usable without a running hub) ------------------------------------------
 def _load_jwks(source: str, http: requests.Session) -> str:
     text = fetch_jwks(source, http)
+    where = _jwks_name(source)
     try:
-        jwks = nesting.loads(text, f"the JWKS at {source}")
+        jwks = nesting.loads(text, f"the JWKS {where}")
         TrustedKeys(jwks)
     except (InputError, ConfigError) as exc:
-        raise InputError(f"{source}: not a JWKS with an Ed25519 key: {exc}") from None
+        raise InputError(f"the JWKS {where} is not one with an Ed25519 key: {exc}") from None
     return json.dumps(jwks)
+
+
+def _jwks_name(source: str) -> str:
+    """How messages name a JWKS source: its URL or file, or "given" for a document itself."""
+    return "given" if source.lstrip().startswith("{") else f"at {source}"
 
 
 def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_url: str | None, client_id: str,
@@ -106,9 +112,13 @@ def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_ur
     publisher = hub_url.rstrip("/").removesuffix("/hub")
     jwks = _load_jwks(trust_jwks or f"{publisher}/.well-known/jwks.json", http)
     try:
-        client_credentials_token(publisher, client_id, client_secret, SCOPE, http=http)
+        token = client_credentials_token(publisher, client_id, client_secret, SCOPE, http=http)
     except RemoteError as exc:
         raise InputError(f"the publisher refused the client: {exc}") from None
+    try:  # a misspelt graph fails here, not as a mirror that turns "revoked" later
+        HubClient(publisher, http, token).check_graph(graph)
+    except RemoteError as exc:
+        raise InputError(f"cannot mirror <{graph}>: {exc}") from None
     with db.session() as session:
         if session.scalars(select(Mirror).where(Mirror.graph == graph)).first() is not None:
             raise ConflictError(f"<{graph}> is mirrored already (mirror remove it first)")
@@ -120,7 +130,9 @@ def add_mirror(db: Database, *, policy: AddressPolicy, graph: str | None, hub_ur
                      quarantined_total=0, hmac_failures_total=0, created_at=now())
         session.add(row)
         session.flush()
-        return describe(row, pinned_from=trust_jwks or f"{publisher}/.well-known/jwks.json (trust on first use)")
+        pinned = _jwks_name(trust_jwks).removeprefix("at ") if trust_jwks else \
+            f"{publisher}/.well-known/jwks.json (trust on first use)"
+        return describe(row, pinned_from=pinned)
 
 
 def list_mirrors(db: Database) -> list[dict[str, Any]]:
@@ -157,13 +169,14 @@ def trust_mirror(db: Database, mirror: str, source: str, *, policy: AddressPolic
             raise NotFoundError(f"no mirror {mirror}")
         dropped = {k.get("kid") for k in json.loads(row.jwks).get("keys", [])} - new_kids
         if dropped and not replace:
-            raise ConflictError(f"{source} no longer holds the pinned key(s) {', '.join(sorted(map(str, dropped)))}: "
-                                "a rotation keeps old keys published; if the old key was lost, pass --replace")
+            raise ConflictError(f"the JWKS {_jwks_name(source)} no longer holds the pinned key(s) "
+                                f"{', '.join(sorted(map(str, dropped)))}: a rotation keeps old keys published; if "
+                                "the old key was lost, pass --replace")
         row.jwks = jwks
         if row.state == "error":
             row.state = "active"
         session.flush()
-        return describe(row, pinned_from=source)
+        return describe(row, pinned_from=_jwks_name(source).removeprefix("at "))
 
 
 def describe(row: Mirror, head: str | None = None, length: int = 0, pinned_from: str | None = None) -> dict[str, Any]:

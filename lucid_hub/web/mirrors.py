@@ -64,6 +64,8 @@ def admin_add() -> tuple[Response, int]:
     for name in ("graph", "hub", "from", "trust_jwks"):
         if body.get(name) is not None and not isinstance(body[name], str):
             raise InputError(f"{name} must be a string")
+    if body.get("trust_jwks") is not None:
+        _jwks_given(body["trust_jwks"], "trust_jwks")
     added = add_mirror(runtime().db, policy=AddressPolicy.of(runtime().settings), graph=body.get("graph"),
                        hub_url=body.get("hub"),
                        client_id=body["client_id"], client_secret=body["client_secret"],
@@ -78,15 +80,21 @@ def admin_trust(mirror_id: str) -> Response:
     require_scope("admin")
     body = json_object_body('{"jwks": URL, "replace": false}')
     if not isinstance(body.get("jwks"), str) or not body["jwks"]:
-        raise InputError("jwks (the URL of the publisher's JWKS) is required")
-    if not body["jwks"].startswith(("https://", "http://")):
-        raise InputError("jwks must be an http(s) URL (files are for the command line)")
+        raise InputError("jwks (the URL of the publisher's JWKS, or the JWKS itself) is required")
+    _jwks_given(body["jwks"], "jwks")
     if not isinstance(body.get("replace", False), bool):
         raise InputError("replace must be true or false")
     trusted = trust_mirror(runtime().db, mirror_id, body["jwks"], policy=AddressPolicy.of(runtime().settings),
                            replace=body.get("replace", False))
     mirrors().wake()
     return jsonify(trusted)
+
+
+def _jwks_given(value: str, name: str) -> None:
+    """A JWKS the API pins: an http(s) URL, or the JWKS itself (as JSON text); never a file
+    path, which would make the hub read its own files."""
+    if not value.startswith(("https://", "http://")) and not value.lstrip().startswith("{"):
+        raise InputError(f"{name} must be an http(s) URL or the JWKS itself (files are for the command line)")
 
 
 @blueprint.get("/admin/mirrors/<mirror_id>/quarantine")

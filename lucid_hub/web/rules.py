@@ -11,12 +11,13 @@ from flask import Blueprint, Response, jsonify, request
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import ForbiddenError, InputError, InputTooLargeError, NotFoundError, UnsupportedMediaTypeError
 from lucid_hub.policy.policy_graph import verified_history
+from lucid_hub.rdf.rdfpatch import parse_rdf_patch
 from lucid_hub.rules.analysis import Analysis, analyse
 from lucid_hub.rules.engine import RULES_GRAPH, Owner, Registered
 from lucid_hub.rules.language import MAX_RULE_BYTES
 from lucid_hub.signing import TrustedKeys
 from lucid_hub.web.authz import author, principal, require_scope
-from lucid_hub.web.http import negotiate, runtime
+from lucid_hub.web.http import json_object_body, negotiate, runtime
 
 blueprint = Blueprint("rules", __name__, url_prefix="/rules")
 RULE_TYPES = ("text/plain", "application/x-lucid-rules")
@@ -132,6 +133,26 @@ def changes() -> Response:
                                                                       TrustedKeys(rt.keys.jwks()), rt.canonicalizer)})
 
 
+def test_rules() -> Response:
+    """What a rule file would do with a patch (`rules test`), writing nothing: JSON {"rules":
+    the file, "graph": IRI, "patch": an RDF Patch}. For admins: a simulation evaluates the
+    conditions over every graph, whoever may read them."""
+    _caller, owner = _owner()
+    if not owner.admin:
+        raise ForbiddenError("trying rules on a patch is for admins (scope admin): it reads every graph")
+    body = json_object_body('{"rules": "RULE …", "graph": "IRI", "patch": "an RDF Patch"}')
+    text, graph, raw = body.get("rules"), body.get("graph"), body.get("patch")
+    if not isinstance(text, str) or not isinstance(graph, str) or not isinstance(raw, str):
+        raise InputError('send {"rules": "…", "graph": "IRI", "patch": "…"} (strings)')
+    if len(text.encode()) > MAX_RULE_BYTES:
+        raise InputTooLargeError(f"a rule file is at most {MAX_RULE_BYTES:,} bytes")
+    rt = runtime()
+    doc = parse_rdf_patch(raw.encode(), rt.canonicalizer, graph=graph)
+    removed = [s for m in doc.removed for s in m.statements]
+    added = [s for m in doc.added for s in m.statements]
+    return jsonify({"firings": rt.rules.simulate(text, graph, removed, added)})
+
+
 def register(bp: Blueprint, prefix: str = "") -> None:
     """The rule routes on a blueprint (this one, and the admin API's under /admin/rules)."""
     bp.add_url_rule(prefix or "", "rules_list", list_rules, methods=["GET"])
@@ -140,6 +161,7 @@ def register(bp: Blueprint, prefix: str = "") -> None:
     bp.add_url_rule(f"{prefix}/explain", "rules_explain", explain_rules, methods=["GET", "POST"])
     bp.add_url_rule(f"{prefix}/firings", "rules_firings", firings, methods=["GET"])
     bp.add_url_rule(f"{prefix}/history", "rules_history", changes, methods=["GET"])
+    bp.add_url_rule(f"{prefix}/test", "rules_test", test_rules, methods=["POST"])
 
 
 register(blueprint)
