@@ -981,7 +981,7 @@ def _remote(hub_url: str, token: str | None, method: str, path: str, **kwargs: A
         answer = requests.request(method, hub_url.rstrip("/") + path, timeout=60,
                                   headers={"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}, **kwargs)
     except requests.RequestException as exc:
-        raise RemoteUnreachableError(f"{hub_url}: {type(exc).__name__}") from None
+        raise RemoteUnreachableError(f"cannot reach the hub at {hub_url}: {type(exc).__name__}") from None
     if answer.status_code >= 400:
         try:
             detail = answer.json().get("detail") or answer.text

@@ -40,7 +40,7 @@ def advisory_key(name: str) -> int:
 
 class DatabaseLocks:
     """Writers of a graph on every host of a hub's database take turns by a PostgreSQL
-    advisory lock of the graph (hub pods with stores of their own, issue 20): the
+    advisory lock of the graph (hub pods with stores of their own): the
     compare-and-set on the head then rarely fails, and a publish without a precondition is not
     refused because another pod published at the same moment. Session locks on a connection
     of their own, released explicitly (and by the server if the process dies: its connection

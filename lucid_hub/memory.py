@@ -4,7 +4,7 @@
 The largest cache of a hub process is the publisher's MSG cache (the current MSGs of graphs,
 so that a bulk re-publish need not read the graph back from the store). Its size is an
 estimate kept per graph — MSGs times (PER_MSG_OVERHEAD plus their mean text length, from a
-sample) — measured against the process's resident memory (docs/BENCHMARKS.md, issue 20).
+sample) — measured against the process's resident memory (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations

@@ -113,8 +113,8 @@ class AddressPolicy:
         if address in METADATA or plain in METADATA:
             raise AddressRefused(f"{what} resolves to a cloud metadata address ({address})")
         if not is_public(address):
-            raise AddressRefused(f"{what} resolves to a non-public address ({address}); an operator can allow "
-                                 "its range with LUCID_CALLBACK_ALLOW_CIDRS")
+            raise AddressRefused(f"{what} resolves to a non-public address ({address}): allow its range on this hub "
+                                 "with LUCID_CALLBACK_ALLOW_CIDRS (e.g. 127.0.0.0/8 for hubs on one machine)")
 
     def resolve(self, host: str, port: int, what: str = "the host") -> list[str]:
         """The addresses `host` resolves to, each checked; AddressRefused if any is refused
@@ -144,7 +144,7 @@ class _Guarded:
         try:
             addresses = self.policy.resolve(self._dns_host, self.port)
         except AddressRefused as exc:
-            raise NewConnectionError(self, str(exc)) from None  # type: ignore[arg-type]
+            raise NewConnectionError(self, str(exc)) from exc  # type: ignore[arg-type]  # (`explain` finds it)
         problem: OSError | None = None
         for address in addresses:
             try:
@@ -177,7 +177,7 @@ class _GuardedAdapter(requests.adapters.HTTPAdapter):
         self.policy = policy
         # One more try for a read that cannot change anything, and for a request that never
         # reached the other side: a server that closes an idle keep-alive connection just as
-        # it is reused resets the request (gunicorn closed them after 2 s, decision 113).
+        # it is reused resets the request (gunicorn closed them after 2 s; docs/decisions.md).
         super().__init__(max_retries=urllib3.util.Retry(
             total=1, connect=1, read=1, status=0, other=0, redirect=False, backoff_factor=0,
             allowed_methods=frozenset({"GET", "HEAD", "OPTIONS"}), raise_on_status=False))
@@ -225,5 +225,32 @@ def signed_post(pool: urllib3.PoolManager, url: str, body: bytes, headers: dict[
 
 def no_answer(exc: BaseException) -> str:
     """A one-line account of a POST that got no answer (recorded with the subscription)."""
+    refused = refusal(exc)
+    if refused is not None:
+        return str(refused)[:1024]
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1024]
+
+
+def refusal(exc: BaseException) -> AddressRefused | None:
+    """The policy's refusal behind a failed request, wherever the HTTP library wrapped it
+    (requests' ConnectionError holds urllib3's MaxRetryError, whose reason holds the
+    connection error the refusal caused)."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, AddressRefused):
+            return item
+        todo += [item.__cause__, item.__context__, getattr(item, "reason", None), *item.args]
+    return None
+
+
+def explain(exc: BaseException) -> str:
+    """What to say of a request that failed: the policy's refusal (it names the setting that
+    allows the address) rather than the HTTP library's account of it, when that is why."""
+    refused = refusal(exc)
+    return str(refused) if refused is not None else " ".join(str(exc).split())
 

@@ -303,3 +303,13 @@ def test_sparql_queries_see_only_the_graphs_the_caller_may_read(hub: RunningHub)
     huge = reader.post(f"{hub.url}/sparql", data="#" * 100_001, headers={"Content-Type": "application/sparql-query"},
                        timeout=30)
     assert huge.status_code == 413 and "LUCID_MAX_QUERY_BYTES" in huge.text
+
+
+def test_an_application_may_name_the_user_it_publishes_for(hub: RunningHub) -> None:
+    """`X-Lucid-Author` (the README's example) was silently ignored: the patch now names the
+    user, as the authenticated party stated it, never in its place."""
+    patch = put(hub, V1, **{"X-Lucid-Author": "alice  \t(the buyer)"}).json()["patch"]
+    author = hub.runtime.archive.patch(patch).author
+    assert author.startswith("alice (the buyer), as stated by test admin (") and author.endswith(")")
+    plain = put(hub, V2).json()["patch"]
+    assert hub.runtime.archive.patch(plain).author.startswith("test admin (")

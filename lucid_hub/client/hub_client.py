@@ -29,6 +29,7 @@ from lucid_hub.errors import (
     RemoteRefusedError,
     RemoteUnreachableError,
 )
+from lucid_hub.outbound import explain
 
 TIMEOUT = 30.0
 LDP_INBOX = "http://www.w3.org/ns/ldp#inbox"
@@ -97,7 +98,7 @@ def discover(url: str, http: requests.Session, token: str | None = None) -> tupl
         if response.status_code == 405:
             response = http.get(url, timeout=TIMEOUT, allow_redirects=True, headers=headers)
     except requests.RequestException as exc:
-        raise RemoteUnreachableError(f"cannot reach {url}: {exc}") from None
+        raise RemoteUnreachableError(f"cannot reach {url}: {explain(exc)}") from None
     links = response.links
     if "hub" not in links:
         raise RemoteAnswerError(f"{url} names no WebSub hub (no Link rel=\"hub\"; status {response.status_code})")
@@ -115,7 +116,7 @@ def fetch_jwks(source: str, http: requests.Session) -> str:
         try:
             response = http.get(source, timeout=TIMEOUT)
         except requests.RequestException as exc:
-            raise InputError(f"cannot fetch the publisher's keys from {source}: {exc}") from None
+            raise InputError(f"cannot fetch the publisher's keys from {source}: {explain(exc)}") from None
         if response.status_code != 200:
             raise InputError(f"cannot fetch the publisher's keys from {source}: HTTP {response.status_code}")
         return response.text
@@ -147,7 +148,7 @@ class HubClient:
             response: requests.Response = getattr(self.http, method)(url, **kwargs)
             return response
         except requests.RequestException as exc:
-            raise RemoteUnreachableError(f"cannot reach {where}: {exc}") from None
+            raise RemoteUnreachableError(f"cannot reach {where}: {explain(exc)}") from None
 
     # --- WebSub ------------------------------------------------------------------------
     def hub_request(self, hub_url: str, form: dict[str, str]) -> None:
@@ -251,7 +252,7 @@ class HubClient:
                         out.write(chunk)
                 return current.headers.get("ETag", "").strip('"') or None
         except requests.RequestException as exc:
-            raise RemoteUnreachableError(f"cannot reach the hub at {self.base}: {exc}") from None
+            raise RemoteUnreachableError(f"cannot reach the hub at {self.base}: {explain(exc)}") from None
 
     def put_graph(self, graph: str, raw: IO[bytes], size: int, media_type: str, message: str,
                   progress: Callable[[int], None] = lambda _n: None,

@@ -18,6 +18,7 @@ from lucid_hub.errors import (
     RemoteCredentialsRefused,
     RemoteUnreachableError,
 )
+from lucid_hub.outbound import explain
 
 TIMEOUT = 30.0
 
@@ -43,7 +44,7 @@ def client_credentials_token(hub_url: str, client_id: str, secret: str, scope: s
         response = (http or requests).post(f"{hub_url.rstrip('/')}/oauth/token", data=data, auth=(client_id, secret),
                                            timeout=TIMEOUT)
     except requests.RequestException as exc:
-        raise RemoteUnreachableError(f"cannot reach the hub at {hub_url}: {exc}") from None
+        raise RemoteUnreachableError(f"cannot reach the hub at {hub_url}: {explain(exc)}") from None
     if response.status_code != 200:
         detail = response.text.strip()[:300]
         raise RemoteCredentialsRefused(f"the hub refused the client credentials ({response.status_code}): {detail}",

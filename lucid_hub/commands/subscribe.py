@@ -15,6 +15,7 @@ import requests
 
 from lucid_hub.client import HubClient, hub_token
 from lucid_hub.errors import InputError, RemoteRefusedError, RemoteUnreachableError
+from lucid_hub.outbound import explain
 
 TIMEOUT = 30.0
 
@@ -112,5 +113,5 @@ def follow(hub_url: str, query: str, *, state_file: Path, as_json: bool, count: 
                 if count is not None and printed >= count:
                     break
     except requests.RequestException as exc:
-        raise RemoteUnreachableError(f"cannot reach the hub at {hub_url}: {exc}") from None
+        raise RemoteUnreachableError(f"cannot reach the hub at {hub_url}: {explain(exc)}") from None
     return printed

@@ -31,7 +31,8 @@ def check_callback(callback: str, prefixes: Iterable[str], *, dev_mode: bool, al
         raise InputError("hub.callback is longer than 2048 characters")
     target = Origin.of(callback, "hub.callback")
     if target.scheme != "https" and not dev_mode:
-        raise InputError("hub.callback must use https")
+        raise InputError("hub.callback must use https (a hub with LUCID_DEV_MODE=true takes http callbacks, for "
+                         "a trial on one machine)")
     prefixes = list(prefixes)
     if not any(Origin.of(p, "callback prefix").covers(target) for p in prefixes):
         registered = ", ".join(prefixes) or "none are registered for this client"

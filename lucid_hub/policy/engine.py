@@ -38,7 +38,7 @@ class Party:
 
 
 # Who calls without any credentials: only conditions for everyone (requiresGroup EVERYONE,
-# nothing else required) apply to it, and they grant read only (public graphs, decision 103).
+# nothing else required) apply to it, and they grant read only (public graphs; docs/decisions.md).
 ANONYMOUS = Party(ANONYMOUS_ACCOUNT, ANONYMOUS_ACCOUNT)
 
 

@@ -260,7 +260,7 @@ def root_node(urls: Urls, stream: GraphStream, size: int) -> Document:
 
 def page(urls: Urls, stream: GraphStream, number: int, size: int) -> Document:
     """Page `number` of the full history: members number*size … (number+1)*size - 1; once
-    full it never changes. Pages carry no relations: the root is the one index (decision 108)."""
+    full it never changes. Pages carry no relations: the root is the one index (docs/decisions.md)."""
     members = stream.members[number * size:(number + 1) * size]
     node = iri(urls.page(number))
     out = [f"{node} {TYPE} <{TREE}Node>", f"{node} <{DCT}isPartOf> {iri(urls.root)}"]

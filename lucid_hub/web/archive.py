@@ -110,7 +110,7 @@ def _page_url(graph: str, since: str) -> str:
 
 @blueprint.get("/patches/events")
 def patch_events() -> Response:
-    """A graph's patch stream as Server-Sent Events (issue 17's push channel): each archived
+    """A graph's patch stream as Server-Sent Events (its push channel): each archived
     patch, in chain order, as an event `patch` whose id is its position in the chain;
     `Last-Event-ID` (or `?after=N`) resumes after position N for as long as the archive
     holds the patches, without one: from now. `?body=1` adds the signed RDF Patch itself."""

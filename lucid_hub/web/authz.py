@@ -98,7 +98,7 @@ def require_graph(graph: str, action: Action) -> Principal:
 
 def may_read(graph: str) -> Principal | None:
     """The caller, when it may read the graph; None for a request without credentials on a
-    public graph (an access condition for everyone grants it, decision 103). Without
+    public graph (an access condition for everyone grants it; docs/decisions.md). Without
     credentials on any other graph: 401, so that clients know to authenticate."""
     g.basic_challenge = True
     if anonymous():
@@ -157,9 +157,16 @@ def authorized_graph(action: Action) -> str:
     return graph
 
 
+AUTHOR_HEADER = "X-Lucid-Author"
+
+
 def author() -> str:
-    """The patch author: the authenticated party (its account, and its client when other)."""
+    """The patch author: the authenticated party (its account, and its client when other).
+    An application publishing for its users may name the user (`X-Lucid-Author`): the patch
+    then says so, as the party stated it ("alice, as stated by ...")."""
     caller = principal()
     name = caller.claims.get("name")
     who = f"{name} ({caller.account})" if isinstance(name, str) and name else caller.account
-    return who if caller.endpoint_id == caller.account else f"{who} via {caller.endpoint_id}"
+    who = who if caller.endpoint_id == caller.account else f"{who} via {caller.endpoint_id}"
+    stated = " ".join(request.headers.get(AUTHOR_HEADER, "").split())[:200]
+    return f"{stated}, as stated by {who}" if stated else who

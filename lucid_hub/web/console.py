@@ -1,4 +1,4 @@
-"""The console (issue 21): pages for the people who run a hub, on the admin pages' sign-in and
+"""The console: pages for the people who run a hub, on the admin pages' sign-in and
 CSRF protection (web.admin's `ui` blueprint). Server-rendered, no script needed to read them;
 every list is a page of a bounded size.
 

@@ -1,4 +1,4 @@
-"""Continuous SPARQL query subscriptions and their notifications (issue 16)
+"""Continuous SPARQL query subscriptions and their notifications
 
 Revision ID: 0006
 Revises: 0005

@@ -1,4 +1,4 @@
-"""Windowed continuous queries and their output streams (issue 16)
+"""Windowed continuous queries and their output streams
 
 Revision ID: 0007
 Revises: 0006

@@ -1,4 +1,4 @@
-"""Linked Data Notifications inboxes (issue 17)
+"""Linked Data Notifications inboxes
 
 Revision ID: 0008
 Revises: 0007

@@ -1,4 +1,4 @@
-"""Event-condition-action rules: firing history, deferred rules' cursors, pending reactions (issue 18)
+"""Event-condition-action rules: firing history, deferred rules' cursors, pending reactions
 
 Revision ID: 0009
 Revises: 0008

@@ -1,4 +1,4 @@
-"""Leadership by lease: one holder of the deployment-wide roles among the hub's replicas (issue 20)
+"""Leadership by lease: one holder of the deployment-wide roles among the hub's replicas
 
 Revision ID: 0010
 Revises: 0009

@@ -1,4 +1,4 @@
-"""Deliveries a minute, for the console's chart (issue 21)
+"""Deliveries a minute, for the console's chart
 
 Revision ID: 0011
 Revises: 0010

@@ -1,5 +1,5 @@
 """`lucid-hub bench console`: how long each console page takes to render with a graph of
-10,000 patches and 1,000 subscriptions (issue 21: at most 300 ms a page), and each page's
+10,000 patches and 1,000 subscriptions (the goal: at most 300 ms a page), and each page's
 live update (computed every second of a burst, for every open page).
 
 In process, through Flask's test client (no network: the page's own work), signed in as an

@@ -1,4 +1,4 @@
-"""`lucid-hub bench queries`: continuous query subscriptions at 10, 100 and 1,000 (issue 16).
+"""`lucid-hub bench queries`: continuous query subscriptions at 10, 100 and 1,000.
 
 A hub (the real app on a loopback port, in this process so that its counters can be read)
 holds an orders graph (2,000 orders of 100 partners) and a prices graph. Subscriptions are a

@@ -1,4 +1,4 @@
-"""`lucid-hub bench scale`: hub replicas on one PostgreSQL (issue 20).
+"""`lucid-hub bench scale`: hub replicas on one PostgreSQL.
 
 For 1, 2, 3 ... `lucid-hub serve` processes with data directories of their own (standing for
 pods with volumes of their own) on one database: graph reads (GET), SPARQL queries and

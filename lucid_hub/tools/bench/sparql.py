@@ -1,4 +1,4 @@
-"""`lucid-hub bench sparql`: what the guarded SPARQL endpoint costs (issue 14).
+"""`lucid-hub bench sparql`: what the guarded SPARQL endpoint costs.
 
 A real hub runs in a child process (`lucid-hub serve`). Queries go over HTTP to /sparql,
 where each runs in a guard process on a snapshot of the store (store/sparql.py); the

@@ -1,4 +1,4 @@
-"""`lucid-hub bench streams`: a graph's history read by standard clients (issue 17).
+"""`lucid-hub bench streams`: a graph's history read by standard clients.
 
 A hub runs as its own process (`lucid-hub serve`, gunicorn when installed, as deployed) and
 holds a graph of `--triples` ground triples (entities of ten properties each), changed by
