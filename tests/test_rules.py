@@ -582,3 +582,33 @@ def test_an_interrupted_cascade_whose_graphs_moved_on_is_reported_not_run_again(
         assert all(f["outcome"] == "failed" and f"<{ORDERS}> has changed since" in f["reason"] for f in failed)
     finally:
         runtime.close()
+
+
+def test_trying_rules_on_a_patch_over_http_is_for_admins_and_refuses_bad_input(rhub: RunningHub) -> None:
+    """`POST /admin/rules/test` (what `rules test` uses beside a running hub): the firings,
+    nothing written; a non-admin is refused (a trial reads every graph); malformed, oversized
+    and unparsable bodies get a 4xx with the reason."""
+    hub = rhub
+    put(hub, ORDERS, ORDERS_NT)
+    patch = f'TX .\nA <{EX}d1> <{EX}date> {date("2026-01-09")} .\nTC .\n'
+    url = f"{hub.url}/admin/rules/test"
+    before = statements(hub, ORDERS)
+    tried = hub.http.post(url, json={"rules": AT_RISK, "graph": DELIVERIES, "patch": patch}, timeout=30)
+    assert tried.status_code == 200, tried.text
+    (firing,) = tried.json()["firings"]
+    assert firing["rule"] == "urn:acme:rules:order-at-risk" and firing["instances"] == 1
+    assert statements(hub, ORDERS) == before and hub.runtime.rules.rules() == []  # nothing written or kept
+    hub.runtime.policies.create([Condition(iri="urn:c:w", requiresGroup=("writers",), writeGraph=(ORDERS,))], "t")
+    writer = hub.session(hub.token("writer", ("writers",)))
+    for path in ("/admin/rules/test", "/rules/test"):
+        assert writer.post(f"{hub.url}{path}", json={"rules": AT_RISK, "graph": DELIVERIES, "patch": patch},
+                           timeout=30).status_code == 403
+    cases = [(b"{not json", 400, "JSON"), (b'["rules"]', 400, "JSON object"),
+             (json.dumps({"rules": AT_RISK, "graph": DELIVERIES}).encode(), 400, "strings"),
+             (json.dumps({"rules": "x" * 70_000, "graph": DELIVERIES, "patch": patch}).encode(), 413, "bytes"),
+             (json.dumps({"rules": AT_RISK, "graph": DELIVERIES, "patch": "A <x> ."}).encode(), 400, ""),
+             (json.dumps({"rules": "RULE nonsense", "graph": DELIVERIES, "patch": patch}).encode(), 400, "")]
+    for body, status_code, says in cases:
+        answer = hub.http.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=30)
+        assert answer.status_code == status_code and says in answer.text, (body[:40], answer.status_code, answer.text)
+    assert requests.post(url, json={}, timeout=30).status_code == 401
