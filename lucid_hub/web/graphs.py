@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from urllib.parse import quote
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -47,7 +48,7 @@ OUTPUT_TYPES = ["text/turtle", "application/trig", "application/n-quads", "appli
 # Link relation of a change's answer to the patch that made it (the patch is not the graph).
 PATCH_REL = "urn:lucid-hub:ns:patch"
 # Direct identification: a graph whose IRI is a URL under this prefix of the hub's own.
-DIRECT = ["/graphs/<path:_path>"]
+DIRECT = "/graphs/<path:_path>"
 
 
 def _graph() -> str:
@@ -71,8 +72,9 @@ def _writable(graph: str) -> str:
 def _existing(graph: str) -> None:
     """404 for a graph deleted from the Graph Store (its history stays readable)."""
     if runtime().archive.deleted(graph):
-        raise NotFoundError(f"<{graph}> was deleted; its history stays at {runtime().settings.public_url}"
-                            f"/patches?graph=..., and a PUT or POST creates it again")
+        history = f"{runtime().settings.public_url}/patches?graph={quote(graph, safe='')}"
+        raise NotFoundError(f"<{graph}> was deleted; its history stays at {history}, and a PUT or POST makes it "
+                            "again")
 
 
 def _read(**_direct: str) -> Response:
@@ -201,7 +203,7 @@ def _delete(**_direct: str) -> Response:
 
 
 # The views take the direct route's `_path` as a keyword (unused: `_graph` reads the request).
-for _rule in ["/graphs", *DIRECT]:
+for _rule in ("/graphs", DIRECT):
     blueprint.add_url_rule(_rule, f"read{_rule}", _read, methods=["GET"])
     blueprint.add_url_rule(_rule, f"replace{_rule}", _replace, methods=["PUT"])
     blueprint.add_url_rule(_rule, f"merge{_rule}", _merge, methods=["POST"])
