@@ -33,6 +33,7 @@ from typing import Any, cast
 
 import pyoxigraph as ox
 from sqlalchemy import CursorResult, and_, delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from lucid_hub.auth.tokens import Principal, TokenService
 from lucid_hub.config import Settings
@@ -190,8 +191,7 @@ class WindowService:
                                          "hold (LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY)")
             if session.scalar(select(WindowedQuery.id).where(WindowedQuery.account == party.account,
                                                              WindowedQuery.name == name)) is not None:
-                raise ConflictError(f"a windowed query of yours named {name} exists; delete it first or choose "
-                                    "another name")
+                raise _taken(name)
         self._check_query(text, graphs)
         stamp = now()
         row = WindowedQuery(id="wq-" + secrets.token_hex(12), name=name, account=party.account,
@@ -203,8 +203,11 @@ class WindowService:
                             callback_seq=-1, callback_attempts=0, callback_next_at=None, callback_error="",
                             created_at=stamp, updated_at=stamp)
         self._schedule(row, window)
-        with self.db.session() as session:
-            session.add(row)
+        try:
+            with self.db.session() as session:
+                session.add(row)
+        except IntegrityError:  # the same name registered at the same moment
+            raise _taken(name) from None
         return self.describe(caller, name)
 
     def _check_query(self, text: str, graphs: list[str]) -> None:
@@ -505,6 +508,10 @@ class WindowService:
         with self._cond:
             if self._written == generation:
                 self._cond.wait(min(timeout, LOOK) if not self.evaluates else timeout)
+
+
+def _taken(name: str) -> ConflictError:
+    return ConflictError(f"a windowed query of yours named {name} exists; delete it first or choose another name")
 
 
 def _graphs(row: WindowedQuery) -> list[str]:
