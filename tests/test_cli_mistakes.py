@@ -178,3 +178,16 @@ def test_mirror_add_and_subscribe_check_the_graph_at_the_publisher_first(served:
     assert f"has no graph <{G}s>" in one_line(waiting, 1)
     ok = run_cli("subscribe", "--hub", served.url, "--query", "q.rq", "--graph", G, "--count", "1", env=creds)
     assert ok.code == 0 and "# 0" in ok.out
+
+
+@pytest.mark.slow
+def test_a_refused_address_names_the_setting_that_allows_it(served: HubProcess, run_cli: Any, tmp_path: Path) -> None:
+    """Two hubs on one machine: `mirror add` said the address was non-public in urllib3's
+    retry text. The refusal is one line of its own, naming what to set (and on which hub)."""
+    client_id, secret = served.partner_client("partner", "partners", "http://127.0.0.1/callback/")
+    env = {"LUCID_DATA_DIR": str(tmp_path / "partner")}
+    assert run_cli("db", "upgrade", env=env).code == 0
+    refused = one_line(run_cli("mirror", "add", "--hub", f"{served.url}/hub", "--graph", G, "--client-id", client_id,
+                               "--client-secret", secret, env=env), 1)
+    assert "non-public address (127.0.0.1)" in refused and "LUCID_CALLBACK_ALLOW_CIDRS" in refused
+    assert "HTTPConnectionPool" not in refused and "Max retries" not in refused
