@@ -181,8 +181,8 @@ def test_the_explain_command(tmp_path: Path, run_cli) -> None:  # type: ignore[n
         (tmp_path / name).write_bytes(body)
         done = run_cli("rules", "explain", tmp_path / name)
         assert done.code == 1 and words in done.err and len(done.err.strip().splitlines()) == 1, done.err
-    done = run_cli("rules", "explain", tmp_path / "missing.rules")
-    assert done.code == 1 and "cannot read" in done.err
+    done = run_cli("rules", "explain", tmp_path / "missing.rules")  # a file named that is not there: usage (2)
+    assert done.code == 2 and "does not exist" in done.err and len(done.err.strip().splitlines()) == 1
 
 
 @settings(max_examples=200, deadline=None)

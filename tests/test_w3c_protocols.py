@@ -206,11 +206,22 @@ def run(hub: RunningHub, case: Case) -> Iterator[str]:
                 yield f"{where}: the graph is not the one expected:\n{answer.text[:500]}"
 
 
-@pytest.fixture
-def w3c_hub(tmp_path: Path) -> Iterator[RunningHub]:
-    """A new hub for each case: the cases expect an empty store (each PUT of them creates)."""
-    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
+@pytest.fixture(scope="module")
+def shared_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHub]:
+    where = tmp_path_factory.mktemp("w3c")
+    with running_hub(where / "data", f"sqlite:///{where / 'hub.db'}") as hub:
         yield hub
+
+
+@pytest.fixture
+def w3c_hub(shared_hub: RunningHub) -> RunningHub:
+    """The cases expect an empty Graph Store (each PUT of them creates): every graph the cases
+    made before is deleted (GSP §5.4: gone, 404, created again by a PUT), the hub's own kept."""
+    hub = shared_hub
+    for graph in hub.runtime.archive.graphs():
+        if not graph.iri.startswith("urn:lucid-hub:") and not hub.runtime.archive.deleted(graph.iri):
+            assert hub.http.delete(f"{hub.url}/graphs", params={"graph": graph.iri}, timeout=30).status_code == 200
+    return hub
 
 
 @pytest.mark.parametrize("case", PROTOCOL + GRAPH_STORE, ids=lambda c: c.name)
