@@ -126,7 +126,7 @@ def test_every_data_directory_command_works_beside_the_hub_that_serves_it(served
     what it does is what that hub sees."""
     env = {"LUCID_DATA_DIR": str(served.data), "LUCID_PUBLIC_URL": served.url}
     (tmp_path / "v1.nt").write_text(V1)
-    published = run_cli("publish", "v1.nt", "--graph", G, env=env)
+    published = run_cli("publish", "v1.nt", "--graph", G, "--author", "alice", env=env)
     assert published.code == 0 and "published urn:sha256:" in published.out, published.err
     assert served.call("GET", "/graphs", params={"graph": G}, headers={"Accept": "application/n-triples"}).text == V1
     (tmp_path / "r.rules").write_text(f"RULE <urn:acme:rules:seen>\nON INSERT {{ GRAPH <{G}> {{ ?s ?p ?o }} }}\n"
@@ -152,7 +152,7 @@ def test_every_data_directory_command_works_beside_the_hub_that_serves_it(served
     assert run_cli("rules", "remove", "urn:acme:rules:seen", env=env).code == 0
     assert served.call("GET", "/rules").json()["rules"] == []
     history = run_cli("log", "--graph", G, env=env)
-    assert history.code == 0 and "lucid-hub operator (command line)" in history.out
+    assert history.code == 0 and "alice, as stated by lucid-hub operator (command line)" in history.out
 
 
 @pytest.mark.slow

@@ -256,12 +256,15 @@ class HubClient:
 
     def put_graph(self, graph: str, raw: IO[bytes], size: int, media_type: str, message: str,
                   progress: Callable[[int], None] = lambda _n: None,
-                  sent: Callable[[], None] = lambda: None) -> dict[str, Any]:
+                  sent: Callable[[], None] = lambda: None, author: str = "") -> dict[str, Any]:
         """PUT a file as the graph's new content, streamed; the hub's JSON answer. `sent` is
-        called when the body is out (the hub then diffs and publishes)."""
+        called when the body is out (the hub then diffs and publishes). `author` names the
+        person the client publishes for (the hub records it as the client stated it)."""
+        headers = {"Content-Type": media_type, "X-Lucid-Message": message, **({"X-Lucid-Author": author} if author
+                                                                              else {})}
         response = self._call("put", f"{self.base}/graphs", f"the hub at {self.base}", params={"graph": graph},
                               data=_UploadBody(raw, size, progress), timeout=BULK_TIMEOUT,
-                              headers=self._headers(**{"Content-Type": media_type, "X-Lucid-Message": message}))
+                              headers=self._headers(**headers))
         sent()
         if response.status_code >= 400:
             raise RemoteRefusedError(f"the hub refused the publish ({response.status_code}): {response.text.strip()}",

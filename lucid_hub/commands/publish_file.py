@@ -43,7 +43,7 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
         return
     if hub_url:  # the hub records the token's party as the author
         client = HubClient(hub_url, token=token or hub_token(hub_url, "graphs:write"))
-        _publish_http(client, path, graph, message=message, fmt=fmt, echo=echo)
+        _publish_http(client, path, graph, author=author, message=message, fmt=fmt, echo=echo)
         return
     from lucid_hub.runtime import Runtime
 
@@ -69,14 +69,14 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
     _report(echo, graph, patch, started)
 
 
-def _publish_http(client: HubClient, path: Path, graph: str, *, message: str, fmt: str | None,
+def _publish_http(client: HubClient, path: Path, graph: str, *, author: str, message: str, fmt: str | None,
                   echo: Callable[[str], None]) -> None:
     rdf_fmt = format_of_path(path, fmt)
     size = path.stat().st_size
     with path.open("rb") as raw, click.progressbar(length=size, label=f"uploading {path.name}",
                                                    file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
         result = client.put_graph(graph, raw, size, rdf_fmt.media_type, message, progress=bar.update,
-                                  sent=lambda: echo("waiting for the hub to diff and publish ..."))
+                                  sent=lambda: echo("waiting for the hub to diff and publish ..."), author=author)
     if result.get("patch"):
         echo(f"published {result['patch']} (-{result['removed']} +{result['added']} MSGs)")
     else:
