@@ -81,6 +81,9 @@ def check_before_serving(settings: Settings) -> None:
     if settings.metrics_port:
         _free(settings.host, settings.metrics_port, "LUCID_METRICS_PORT")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.policies_dir.is_dir() and settings.policies_dir != Settings().policies_dir:
+        raise ConfigError(f"LUCID_POLICIES_DIR {settings.policies_dir} is not a directory (a misspelt one would "
+                          "start a hub without access conditions)")
     read_policy_dir(settings.policies_dir)
     TrustedIssuer.parse_all(settings.trusted_issuers)
     database = Database(settings.db_url)

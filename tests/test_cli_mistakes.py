@@ -87,6 +87,11 @@ def test_serve_says_in_one_line_what_stops_it_before_it_starts(tmp_path: Path) -
     bad = _serve(tmp_path, free_port(), {"LUCID_DATA_DIR": str(tmp_path / "third"), "LUCID_POLICIES_DIR": str(policies)})
     assert bad.returncode == 1 and "Traceback" not in bad.stderr and "serving on" not in bad.stdout
     assert len(bad.stderr.strip().splitlines()) == 1 and str(policies / "p.ttl") in bad.stderr
+    missing = _serve(tmp_path, free_port(), {"LUCID_DATA_DIR": str(tmp_path / "third"),
+                                             "LUCID_POLICIES_DIR": str(tmp_path / "policie")})
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+        f"lucid-hub: error: LUCID_POLICIES_DIR {tmp_path / 'policie'} is not a directory (a misspelt one would start "
+        "a hub without access conditions)"]
     database = _serve(tmp_path, free_port(), {"LUCID_DATA_DIR": str(tmp_path / "fourth"),
                                               "LUCID_DATABASE_URL": "postgresql+psycopg://lucid:s3cr3t@127.0.0.1:1/x"})
     assert database.returncode == 1 and len(database.stderr.strip().splitlines()) == 1
