@@ -52,6 +52,9 @@ def body_endpoints(graph: str) -> list[tuple[str, str, dict[str, str]]]:
     return [
         ("PUT", f"/graphs{q}", NT),
         ("POST", f"/graphs{q}", NT),
+        ("PUT", "/graphs/direct/kpi", NT),  # a graph named by its own URL
+        ("POST", "/graphs", NT),  # a new graph the hub names
+        ("POST", "/admin/rules/test", as_json),
         ("POST", f"/patches{q}", {"Content-Type": "application/rdf-patch"}),
         ("POST", "/sparql", {"Content-Type": "application/sparql-update"}),
         ("POST", "/sparql", {"Content-Type": "application/sparql-query"}),
