@@ -101,8 +101,10 @@ class Settings:
     # Format of the patches this hub makes (docs/patch-format.md): 2, or 1 while partners still
     # run a release that reads format 1 only. Either reads both.
     patch_format: int = 2
-    # Patches per page of the archive container.
+    # Patches per page of the archive container, and the bytes of patches after which a page
+    # ends early (it holds one patch at least): partners cap what they read of one page.
     page_size: int = 100
+    page_bytes: int = 8 * 1024 * 1024
     # Bytes of current graph versions' MSGs a process keeps in memory to diff bulk re-publishes
     # quickly; 0: a quarter of the container's memory limit split over LUCID_WEB_WORKERS, or
     # 512 MiB without a limit (lucid_hub.memory). LUCID_MSG_CACHE_STATEMENTS, its former
@@ -181,6 +183,15 @@ class Settings:
     # Mirrors tell their publisher how far they got: an LDN receipt to the graph's inbox per
     # new head (docs/streams.md, "Receipts"). Off: the publisher learns nothing from us.
     mirror_receipts: bool = True
+    # What one mirror's maintenance round may spend on its publisher (docs/mirrors.md,
+    # "Isolation"): seconds, archive pages, and bytes of any one answer (an archive page, the
+    # graph for the clone check); mirrors maintained at once, each on its own; seconds at most
+    # between two tries of a mirror whose rounds fail.
+    mirror_round_seconds: float = 20.0
+    mirror_round_pages: int = 50
+    mirror_max_answer_bytes: int = 64 * 1024 * 1024
+    mirror_workers: int = 4
+    mirror_max_backoff: float = 300.0
     # Logs of serve and worker: "text" for people, "json" (one object per line) for collectors.
     log_format: str = "text"
     log_level: str = "INFO"
@@ -278,6 +289,8 @@ class Settings:
             raise ConfigError("LUCID_INBOX_MAX_BYTES and LUCID_INBOX_RATE must be positive")
         if min(self.rules_max_depth, self.rules_max_attempts) < 1 or self.rules_budget <= 0:
             raise ConfigError("LUCID_RULES_MAX_DEPTH, _BUDGET and _MAX_ATTEMPTS must be positive")
+        if self.page_size < 1 or self.page_bytes < 1:
+            raise ConfigError("LUCID_PAGE_SIZE and LUCID_PAGE_BYTES must be positive")
         if self.patch_format not in (1, 2):
             raise ConfigError("LUCID_PATCH_FORMAT must be 1 or 2")
         if self.auth_rate_limit < 1:
@@ -288,6 +301,10 @@ class Settings:
             raise ConfigError(f"LUCID_TRUSTED_PROXIES: {exc}") from None
         if self.mirror_on_revoke not in ("keep", "purge"):
             raise ConfigError("LUCID_MIRROR_ON_REVOKE must be keep or purge")
+        if min(self.mirror_round_pages, self.mirror_max_answer_bytes, self.mirror_workers) < 1 or min(
+                self.mirror_round_seconds, self.mirror_max_backoff) <= 0:
+            raise ConfigError("LUCID_MIRROR_ROUND_SECONDS, _ROUND_PAGES, _MAX_ANSWER_BYTES, _WORKERS and _MAX_BACKOFF "
+                              "must be positive")
         if self.leader_lease_seconds < 1:
             raise ConfigError("LUCID_LEADER_LEASE_SECONDS must be at least 1")
         if self.outbound_ca_file and not Path(self.outbound_ca_file).is_file():

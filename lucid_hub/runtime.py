@@ -6,7 +6,6 @@ import contextlib
 import logging
 import secrets
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.stream import PatchStream
 from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 # LUCID_MSG_CACHE_STATEMENTS (the cache's bound before it was in bytes) as bytes.
@@ -84,8 +84,9 @@ class Runtime:
     leader: bool = True
     candidate: bool = True
     leadership: Leadership | None = None
-    _follower: threading.Thread | None = None
-    _stop_following: threading.Event = field(default_factory=threading.Event)
+    # The background roles of this process (lucid_hub.supervisor): started by start_roles (the
+    # leader's) and start_following (every process's).
+    roles: Supervisor = field(default_factory=Supervisor)
     metrics_listener: WSGIServer | None = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
 
     def _wire_rules(self) -> None:
@@ -110,14 +111,28 @@ class Runtime:
         (others' publishes wait for it), else only to retry (publishes wake it)."""
         return 2.0 if self.settings.web_workers == 1 else 0.1
 
+    def start(self) -> None:
+        """Start this process's background work, where the hub serves: deliveries (unless
+        `worker`s deliver), the store following the other replicas, the leader's roles, the
+        hand-over of the roles to this process if it takes the lease later, and the metrics
+        port of one process of each replica."""
+        self.start_delivery(self.settings.deliver_in_process)
+        self.start_following()
+        self.start_roles()
+        if self.leadership is not None:
+            self.leadership.on_gain = self.lead  # a candidate waits to take them over
+        if self.candidate:
+            self.start_metrics_listener()
+
     def start_roles(self) -> None:
         """Start what the leader does (called where the hub serves, and on taking the lease)."""
         if not self.leader:
             return
-        self.mirrors.start()
-        self.queries.start()
-        self.windows.start()
-        self.rules.start()
+        self.mirrors.start(self.roles)
+        self.queries.start(self.roles)
+        self.windows.start(self.roles)
+        self.rules.start(self.roles)
+        self.roles.start()
         self.publisher.start_relay(interval=self.relay_interval)
 
     def lead(self) -> None:
@@ -145,19 +160,9 @@ class Runtime:
         """Keep this process's store at most about `interval` behind the archive (other
         replicas' publishes): a read catches its graph up before it answers anyway, but a
         replica that applies as patches come never makes a read wait for a long tail."""
-        if self._follower is not None:
-            return
-        stop = self._stop_following
-
-        def follow() -> None:
-            while not stop.wait(interval):
-                try:
-                    self.publisher.sync_all()
-                except Exception as exc:  # the next round tries again
-                    log.warning("store not caught up with the archive: %s", exc)
-
-        self._follower = threading.Thread(target=follow, name="store-follower", daemon=True)
-        self._follower.start()
+        if self.roles.role("store-follower") is None:
+            self.roles.add("store-follower", self.publisher.sync_all, every=interval)
+            self.roles.start()
 
     def start_metrics_listener(self) -> None:
         """/metrics on LUCID_METRICS_PORT, apart from the API port (see web.ops.metrics)."""
@@ -247,6 +252,7 @@ class Runtime:
             leadership.start(acquired=leader)
         runtime.windows.on_written = runtime.queries.notify_channels  # WebSockets observe both
         runtime._wire_rules()
+        metrics.watch(runtime.roles.metrics)
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
         metrics.watch(lambda: cache_metrics(*publisher.cache.held, publisher.cache.max_bytes))
@@ -262,9 +268,7 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
-        self._stop_following.set()
-        if self._follower is not None:
-            self._follower.join(timeout=30)
+        self.roles.stop()  # every loop ends after its round; then the services close
         if self.metrics_listener is not None:
             self.metrics_listener.shutdown()
             self.metrics_listener.server_close()

@@ -113,6 +113,7 @@ def _serve_werkzeug(settings: Settings) -> None:
     runtime = Runtime.open(settings)
     _exit_on_lost_leadership(runtime)
     httpd = make_server(settings.host, settings.port, create_app(settings, runtime), threaded=True)
+    runtime.start()
     gcpause.freeze_startup()
 
     def shutdown(_signum: int, _frame: object) -> None:
@@ -170,6 +171,7 @@ def _serve_gunicorn(settings: Settings) -> None:
                 raise SystemExit(3) from None
             _exit_on_lost_leadership(self.runtime)
             app = create_app(settings, self.runtime)
+            self.runtime.start()
             gcpause.freeze_startup()
             return app
 

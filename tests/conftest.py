@@ -197,6 +197,7 @@ def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None
                                   "LUCID_PAGE_SIZE": "3", **(extra_env or {})})
     runtime = Runtime.open(settings)
     server = make_server("127.0.0.1", port, create_app(settings, runtime), threaded=True)
+    runtime.start()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

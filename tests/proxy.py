@@ -25,6 +25,8 @@ class LoopbackProxy:
     def __init__(self, target: str | list[str]) -> None:
         targets = [target] if isinstance(target, str) else target
         turns = itertools.cycle(range(len(targets)))
+        self.targets = targets
+        self.closed = threading.Event()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.alter_next = threading.Event()  # set: the next POST with a literal gets one changed
@@ -33,6 +35,9 @@ class LoopbackProxy:
         self.held = threading.Event()
         self.released = threading.Event()
         self.next_link: str | None = None  # set: archive pages' "next" point there (a hostile publisher)
+        self.archive: str | None = None  # set: a hostile publisher's archive pages (see `_hostile_page`)
+        self.pages_served = 0
+        self._first: list[object] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,6 +52,10 @@ class LoopbackProxy:
                     proxy.alter_next.clear()
                     proxy.altered += 1
                     body = body.replace(b'"', b'"X', 1)  # one literal changed in flight
+                if method == "GET" and self.path.startswith("/patches?") and proxy.archive:
+                    proxy.pages_served += 1
+                    proxy._hostile_page(self, headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                    return
                 if method == "GET" and self.path.startswith("/patches") and proxy.hold.is_set():
                     proxy.held.set()
                     proxy.released.wait(60)
@@ -91,7 +100,45 @@ class LoopbackProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def _hostile_page(self, handler: BaseHTTPRequestHandler, headers: dict[str, str]) -> None:
+        """An archive page as a hostile publisher serves it: "empty" pages that link to one more
+        forever; "repeat": each page holds the archive's first patch (verifies, known already) and
+        links to one more; "huge": a page of 100 MB, chunked, of no declared length; "trickle":
+        a page that arrives a byte every 0.2 s."""
+        more = f"{self.url}/patches?graph=x&p={self.pages_served + 1}"
+        if self.archive in ("empty", "repeat"):
+            patches = []
+            if self.archive == "repeat":  # (the first request names the real graph; the links that follow do not)
+                if not self._first:
+                    self._first = requests.get(f"{self.targets[0]}{handler.path}", headers=headers,
+                                               timeout=30).json()["patches"][:1]
+                patches = self._first
+            body = json.dumps({"patches": patches, "next": more}).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        with contextlib.suppress(OSError):  # the reader hangs up: what a bounded one does
+            if self.archive == "huge":
+                chunk = b" " * (1 << 20)
+                for _ in range(100):
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            else:
+                for _ in range(3000):
+                    handler.wfile.write(b"1\r\n \r\n")
+                    handler.wfile.flush()
+                    if self.closed.wait(0.2):
+                        break
+            handler.wfile.write(b"0\r\n\r\n")
+
     def close(self) -> None:
+        self.closed.set()
         self.released.set()
         self.server.shutdown()
         self.server.server_close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from queue import Full, Queue
@@ -37,6 +38,64 @@ BULK_TIMEOUT = 3600.0  # a bulk upload or download of a large graph
 
 
 T = TypeVar("T")
+
+
+class RoundOver(LucidError):
+    """A round's budget is spent between two pages: the rest is for the next round."""
+
+
+class Budget:
+    """What one round of work with another hub may spend (docs/mirrors.md, "Isolation"):
+    seconds in all, archive pages, and bytes of any one answer. An answer over its bytes, or
+    still arriving when the time is up, is the other hub's fault (RemoteAnswerError); a round
+    that runs out between pages is not (RoundOver)."""
+
+    def __init__(self, seconds: float, pages: int, answer_bytes: int) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.seconds, self.pages, self.answer_bytes = seconds, pages, answer_bytes
+
+    @classmethod
+    def unbounded(cls) -> Budget:
+        """For an operator's command, waited for at a terminal."""
+        return cls(BULK_TIMEOUT, 1 << 30, 1 << 40)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timeout(self) -> tuple[float, float]:
+        """requests' (connect, read) time-outs within what is left."""
+        left = max(self.left(), 0.001)
+        return min(10.0, left), min(TIMEOUT, left)
+
+    def take_page(self) -> None:
+        if self.pages <= 0 or self.left() <= 0:
+            raise RoundOver("the round's budget is spent")
+        self.pages -= 1
+
+    def read(self, response: requests.Response, what: str) -> bytes:
+        """The body of a streamed answer, refused once it passes the bytes, or the time, it
+        may take (a page of 100 MB, or one that arrives a byte at a time)."""
+        limit = self.answer_bytes
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            response.close()
+            raise RemoteAnswerError(f"{what} declares {int(declared):,} bytes, more than the {limit:,} a mirror reads "
+                                    "of one answer (LUCID_MIRROR_MAX_ANSWER_BYTES)")
+        body = bytearray()
+        try:
+            for chunk in response.iter_content(1 << 16):
+                body += chunk
+                if len(body) > limit:
+                    raise RemoteAnswerError(f"{what} is longer than the {limit:,} bytes a mirror reads of one "
+                                            "answer (LUCID_MIRROR_MAX_ANSWER_BYTES)")
+                if self.left() <= 0:
+                    raise RemoteAnswerError(f"{what} was still arriving after the round's {self.seconds:g} s "
+                                            "(LUCID_MIRROR_ROUND_SECONDS)")
+        except requests.RequestException as exc:
+            raise RemoteUnreachableError(f"{what} broke off: {explain(exc)}") from None
+        finally:
+            response.close()
+        return bytes(body)
 
 
 def prefetched(items: Iterator[T], ahead: int = 2) -> Iterator[T]:
@@ -182,38 +241,51 @@ class HubClient:
         return str(answer.headers.get("Location", ""))
 
     # --- the archive and graphs --------------------------------------------------------
-    def archive_pages(self, graph: str, since: str | None) -> Iterator[dict[str, Any]]:
+    def archive_pages(self, graph: str, since: str | None, budget: Budget | None = None) -> Iterator[dict[str, Any]]:
         """The pages of the graph's archive after `since` (all for None), following `next`
-        links as long as they stay on this hub's origin. A missing `since` is a
+        links as long as they stay on this hub's origin and lead somewhere new, within
+        `budget` (RoundOver before a page it has no room for). A missing `since` is a
         RemoteRefusedError with status 404."""
+        budget = budget or Budget.unbounded()
         url: str | None = f"{self.base}/patches"
         params: dict[str, str] | None = {"graph": graph, **({"since": since} if since else {})}
+        seen: set[str] = set()
         while url:
-            answer = self._call("get", url, f"the publisher {self.base}", params=params, timeout=TIMEOUT,
-                                headers=self._headers(Accept="application/json"))
+            budget.take_page()
+            answer = self._call("get", url, f"the publisher {self.base}", params=params, timeout=budget.timeout(),
+                                stream=True, headers=self._headers(Accept="application/json"))
             if answer.status_code != 200:
-                raise RemoteRefusedError(f"the publisher's archive answered {answer.status_code}: {answer.text[:300]}",
+                text = budget.read(answer, "the publisher's refusal")[:300].decode("utf-8", "replace")
+                raise RemoteRefusedError(f"the publisher's archive answered {answer.status_code}: {text}",
                                          answer.status_code)
             try:
-                page = nesting.loads(answer.content, "the publisher's archive page")
+                what = "the publisher's archive page"
+                page = nesting.loads(budget.read(answer, what), what)
             except LucidError as exc:
                 raise RemoteAnswerError(str(exc)) from None
             if not isinstance(page, dict):
                 raise RemoteAnswerError("the publisher's archive page is not a JSON object")
-            yield page
+            yield page  # (what it holds is verified patch by patch: applied before its links are judged)
             url, params = page.get("next"), None
             if url is not None and not (isinstance(url, str) and same_origin(url, self.base)):
                 raise RemoteAnswerError(f"the publisher's archive page links outside its archive: {str(url)[:200]}")
+            if url is not None and (not page.get("patches") or url in seen):
+                raise RemoteAnswerError("the publisher's archive pages do not end: a page "
+                                        f"{'without patches' if not page.get('patches') else 'seen before'} links to "
+                                        f"another ({url[:200]})")
+            seen.add(url or "")
 
-    def graph_at(self, graph: str, version: str | None) -> bytes:
+    def graph_at(self, graph: str, version: str | None, budget: Budget | None = None) -> bytes:
         """The graph's content at `version` (its current one for None), as N-Triples."""
-        answer = self._call("get", f"{self.base}/graphs", f"the publisher {self.base}", timeout=TIMEOUT,
-                            params={"graph": graph, "version": version or ""},
+        budget = budget or Budget.unbounded()
+        answer = self._call("get", f"{self.base}/graphs", f"the publisher {self.base}", timeout=budget.timeout(),
+                            params={"graph": graph, "version": version or ""}, stream=True,
                             headers=self._headers(Accept="application/n-triples"))
+        body = budget.read(answer, "the publisher's graph")
         if answer.status_code != 200:
-            raise RemoteRefusedError(f"the publisher's graph answered {answer.status_code}: {answer.text[:300]}",
-                                     answer.status_code)
-        return bytes(answer.content)
+            raise RemoteRefusedError(f"the publisher's graph answered {answer.status_code}: "
+                                     f"{body[:300].decode('utf-8', 'replace')}", answer.status_code)
+        return body
 
     def check_graph(self, graph: str) -> None:
         """That the hub has the graph and this client may read it: RemoteRefusedError saying

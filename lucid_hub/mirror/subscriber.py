@@ -14,14 +14,17 @@ unsubscribes within a second, or at its next start.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import logging
+import random
 import secrets
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -32,7 +35,15 @@ from sqlalchemy import delete, or_, select, update
 
 from lucid_hub import nesting, outbound
 from lucid_hub.archive import Archive
-from lucid_hub.client import HubClient, client_credentials_token, discover, fetch_jwks, prefetched
+from lucid_hub.client import (
+    Budget,
+    HubClient,
+    RoundOver,
+    client_credentials_token,
+    discover,
+    fetch_jwks,
+    prefetched,
+)
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Mirror, Quarantined
 from lucid_hub.db.session import Database
@@ -44,6 +55,7 @@ from lucid_hub.errors import (
     LucidError,
     NotFoundError,
     PatchVerificationError,
+    RemoteAnswerError,
     RemoteCredentialsRefused,
     RemoteError,
     RemoteRefusedError,
@@ -56,6 +68,7 @@ from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import statement_quads
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 from lucid_hub.stream import PatchStream
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 SCOPE = "hub:subscribe graphs:read"
@@ -257,24 +270,33 @@ class MirrorService:
         self._locks_guard = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._first_round_done = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._started_at = 0.0
+        self._first_pending: set[str] | None = None  # mirrors whose first round after start has not ended
+        self._running: set[str] = set()  # mirrors whose round is under way (one at a time each)
+        self._caught_up: set[str] = set()  # mirrors caught up since start (or since their keys were pinned again)
+        self._cloning: set[str] = set()  # mirrors whose clone is under way (its check comes at its end)
+        self._failures: dict[str, int] = {}  # failed rounds in a row, for each mirror's back-off
+        self._not_before: dict[str, float] = {}  # when a failing mirror is tried again (monotonic)
         self._pins: dict[str, str] = {}  # each mirror's pinned JWKS, as the last round saw it
         self._keys: dict[str, TrustedKeys] = {}
         self.receipts = Receipts(settings.public_url, settings.mirror_receipts)
 
     # --- lifecycle -------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="mirrors", daemon=True)
-            self._thread.start()
+    def start(self, roles: Supervisor) -> None:
+        """Keep the mirrors: the role `mirrors` starts each mirror's rounds (see `schedule`)."""
+        if self._pool is None:
+            self._started_at = time.monotonic()
+            self._pool = ThreadPoolExecutor(self.settings.mirror_workers, thread_name_prefix="mirror")
+            roles.add("mirrors", self.schedule, every=1.0, wake=self._wake)
 
     def stop(self) -> None:
+        """After the role stopped: rounds in flight end at their budget, not waited for."""
         self._stop.set()
         self._wake.set()
         self.end_streams()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def end_streams(self) -> None:
         """End every event stream (the server is shutting down); safe in a signal handler."""
@@ -285,48 +307,90 @@ class MirrorService:
 
     @property
     def catching_up(self) -> bool:
-        """Whether the first round after start (each mirror caught up on what it missed while
-        the hub was down) is still running: the hub is not ready until it has finished."""
-        return self._thread is not None and not self._first_round_done.is_set()
+        """Whether mirrors are still catching up on what they missed while the hub was down:
+        the hub is not ready meanwhile, for one round's time at most (LUCID_MIRROR_ROUND_SECONDS):
+        a partner that is down or hostile must not keep this hub from serving (its mirror is
+        reported in `stuck()` instead)."""
+        if self._pool is None:
+            return False
+        pending = self._first_pending
+        return (pending is None or bool(pending)) and \
+            time.monotonic() - self._started_at < self.settings.mirror_round_seconds
 
-    def _loop(self) -> None:
-        caught_up: set[str] = set()
-        while not self._stop.is_set():
-            try:
-                self.maintain(caught_up)
-            except Exception:  # the loop survives a database or network hiccup
-                log.exception("mirror maintenance failed")
-            self._first_round_done.set()  # done, or failed and noted: readiness does not wait for a partner
-            self._wake.wait(1.0)
-            self._wake.clear()
+    def stuck(self) -> dict[str, str]:
+        """Mirrors whose last round failed (graph -> the reason): what /readyz reports beside
+        "ready", since one partner's trouble is not the hub's."""
+        failing = [mirror_id for mirror_id, count in self._failures.items() if count]
+        if not failing:
+            return {}
+        with self.db.session() as session:
+            return {row.graph: row.last_error for row in session.scalars(select(Mirror).where(Mirror.id.in_(failing)))}
 
-    def maintain(self, caught_up: set[str] | None = None) -> None:
-        """Subscribe new mirrors, renew leases that are half over, unsubscribe removed ones;
-        catch each active mirror up once after start (it may have missed patches while down)."""
-        caught_up = caught_up if caught_up is not None else set()
+    def schedule(self) -> None:
+        """Start a round for each mirror that has none under way and is not backing off. Each
+        runs on a worker of its own, within its budget: a slow or hostile publisher holds up
+        its own mirror, never another's subscription, catch-up or the hub's readiness."""
         with self.db.session() as session:
             rows = [(r.id, r.state, aware(r.renew_at) if r.renew_at is not None else None, r.jwks)
                     for r in session.scalars(select(Mirror))]
         self.mirrored.refresh()
+        if self._first_pending is None:
+            self._first_pending = {row[0] for row in rows if row[1] in ("new", "active", "subscribing")}
+        clock = time.monotonic()
         for mirror_id, state, renew_at, jwks in rows:
-            if self._stop.is_set():
+            if self._stop.is_set() or self._pool is None:
                 return
-            if self._pins.setdefault(mirror_id, jwks) != jwks:  # keys pinned again (`mirror trust`):
-                self._pins[mirror_id] = jwks  # what was quarantined for an unknown key may verify now
-                caught_up.discard(mirror_id)
-            if state == "removing":
-                self._remove(mirror_id)
-            elif state == "new" or (state in ("subscribing", "active", "error") and renew_at is not None
-                                    and renew_at <= now()):
-                self._subscribe(mirror_id)
-            if state in ("new", "active", "subscribing") and mirror_id not in caught_up:
-                try:
-                    self.catch_up(mirror_id)
-                    caught_up.add(mirror_id)
-                except LucidError as exc:
-                    self._note(mirror_id, f"catching up failed: {exc}")
-            if state == "active":
-                self._send_receipt(mirror_id)
+            if mirror_id in self._running or (state != "removing" and self._not_before.get(mirror_id, 0.0) > clock):
+                continue
+            self._running.add(mirror_id)
+            future = self._pool.submit(self._round, mirror_id, state, renew_at, jwks)
+            future.add_done_callback(functools.partial(self._round_ended, mirror_id))
+
+    def _round_ended(self, mirror_id: str, done: Future[bool]) -> None:
+        failed = done.cancelled() or done.exception() is not None or not done.result()
+        if done.exception() is not None:
+            log.error("mirror %s: maintenance failed", mirror_id, exc_info=done.exception())
+        if failed:  # tried again after 2, 4, 8 … s (jittered), LUCID_MIRROR_MAX_BACKOFF at most
+            count = self._failures[mirror_id] = self._failures.get(mirror_id, 0) + 1
+            delay = min(self.settings.mirror_max_backoff, 2.0 ** min(count, 30))
+            self._not_before[mirror_id] = time.monotonic() + delay * random.uniform(0.5, 1.0)  # noqa: S311 (jitter)
+        else:
+            self._failures.pop(mirror_id, None)
+            self._not_before.pop(mirror_id, None)
+        if self._first_pending is not None:
+            self._first_pending.discard(mirror_id)
+        self._running.discard(mirror_id)
+
+    def _round(self, mirror_id: str, state: str, renew_at: Any, jwks: str) -> bool:
+        """One mirror's maintenance: subscribe when new, renew a lease that is half over,
+        unsubscribe when removed; catch up once after start (patches missed while down), in
+        rounds of a budget each; send the receipt. Whether it went well (else: back off)."""
+        if self._pins.setdefault(mirror_id, jwks) != jwks:  # keys pinned again (`mirror trust`):
+            self._pins[mirror_id] = jwks  # what was quarantined for an unknown key may verify now
+            self._caught_up.discard(mirror_id)
+        if state == "removing":
+            self._remove(mirror_id)
+            return True
+        if state == "new" or (state in ("subscribing", "active", "error") and renew_at is not None
+                              and renew_at <= now()):
+            self._subscribe(mirror_id)
+        if state in ("new", "active", "subscribing") and mirror_id not in self._caught_up:
+            try:
+                if self._catch_up(mirror_id, self.budget())[1]:
+                    self._caught_up.add(mirror_id)
+                else:
+                    self._wake.set()  # the budget ran out, not the publisher: on at the next round
+            except LucidError as exc:
+                self._note(mirror_id, f"catching up failed: {exc}")
+                return False
+        if state == "active":
+            self._send_receipt(mirror_id)
+        return True
+
+    def budget(self) -> Budget:
+        """What one round may spend on a publisher (settings `LUCID_MIRROR_ROUND_*`)."""
+        s = self.settings
+        return Budget(s.mirror_round_seconds, s.mirror_round_pages, s.mirror_max_answer_bytes)
 
     def _send_receipt(self, mirror_id: str) -> None:
         """Tell the publisher the mirror's new head, if it has one not told yet (receipts.py)."""
@@ -512,7 +576,7 @@ class MirrorService:
         archive holds after our head, as (count on the first page, more pages after it).
         Raises what asking raises (the publisher down, access withdrawn)."""
         row = self._row(mirror_id)
-        first = next(self._publisher(row).archive_pages(row.graph, self._head(row.graph)), {})
+        first = next(self._publisher(row).archive_pages(row.graph, self._head(row.graph), self.budget()), {})
         patches = first.get("patches")
         return (len(patches) if isinstance(patches, list) else 0), bool(first.get("next"))
 
@@ -528,17 +592,29 @@ class MirrorService:
 
     def catch_up(self, mirror_id: str, locked: bool = False) -> int:
         """Fetch and apply, verified and in order, the patches after our head from the
-        publisher's archive; the number applied. Re-clones when the publisher's archive
-        no longer holds our head."""
+        publisher's archive, within one round's budget; the number applied (an admin's
+        action, or a delivery that found a gap: the maintenance rounds do the rest)."""
+        applied, complete = self._catch_up(mirror_id, self.budget(), locked)
+        if not complete:  # the maintenance rounds go on from there
+            self._caught_up.discard(mirror_id)
+            self._wake.set()
+        return applied
+
+    def _catch_up(self, mirror_id: str, budget: Budget, locked: bool = False) -> tuple[int, bool]:
+        """The patches applied, and whether the mirror reached the end of the publisher's
+        archive (else the budget ran out first). Re-clones when the publisher's archive no
+        longer holds our head; a clone's check against the publisher's content comes when it
+        is complete, however many rounds it took."""
         if not locked:
             with self._lock(mirror_id):
-                return self.catch_up(mirror_id, locked=True)
+                return self._catch_up(mirror_id, budget, locked=True)
         row = self._row(mirror_id)
         if row.state not in ("new", "subscribing", "active", "error"):
-            return 0
+            return 0, True
         trusted = self._trusted(row.jwks)
         head = self._head(row.graph)
-        cloning = head is None
+        if head is None:
+            self._cloning.add(mirror_id)
         publisher = self._publisher(row)
         applied = 0
         try:
@@ -546,7 +622,7 @@ class MirrorService:
             # patches are verified one by one in chain order, and what verified is archived
             # and applied in groups (Publisher.archive_verified_chain) before what did not is
             # quarantined.
-            for page in prefetched(publisher.archive_pages(row.graph, head)):
+            for page in prefetched(publisher.archive_pages(row.graph, head, budget)):
                 chain: list[Patch] = []
                 refused: tuple[str | None, bytes, str] | None = None
                 for item in page.get("patches", []):
@@ -575,17 +651,24 @@ class MirrorService:
                     self._count_applied(mirror_id, len(chain))  # the page's count in one statement
                 if refused is not None:
                     self._quarantine(mirror_id, *refused)
-                    return applied
+                    return applied, True
+        except RoundOver:
+            if applied == 0:  # pages that bring nothing new: an archive that does not end
+                s = self.settings
+                raise RemoteAnswerError(f"a round's worth of the publisher's archive ({s.mirror_round_pages} pages "
+                                        f"or {s.mirror_round_seconds:g} s) held no patch after our head") from None
+            return applied, False
         except RemoteRefusedError as exc:
             if exc.status == 404 and head is not None and applied == 0:
                 log.warning("mirror of <%s>: the publisher's archive does not hold our head %s: re-cloning",
                             row.graph, head)
                 self.forget(row.graph)
-                return self.catch_up(mirror_id, locked=True)
+                return self._catch_up(mirror_id, budget, locked=True)
             raise
-        if cloning and applied:
+        if mirror_id in self._cloning and head is not None:
             self._check_clone(row, head, publisher)
-        return applied
+        self._cloning.discard(mirror_id)
+        return applied, True
 
     def _check_clone(self, row: Mirror, version: str | None, publisher: HubClient) -> None:
         """A fresh clone against the publisher's content at that version: equal MSG multisets
@@ -596,7 +679,9 @@ class MirrorService:
         # delivery meanwhile (its followers moved this store on), which is not a disagreement.
         ours_at, statements = self.publisher.content(row.graph)
         version = ours_at or version
-        theirs = list(ox.parse(publisher.graph_at(row.graph, version), format=ox.RdfFormat.N_TRIPLES))
+        # The whole graph in one answer: more bytes and time than a page may take, still bounded.
+        budget = Budget(max(self.settings.mirror_round_seconds, 600.0), 1, 16 * self.settings.mirror_max_answer_bytes)
+        theirs = list(ox.parse(publisher.graph_at(row.graph, version, budget), format=ox.RdfFormat.N_TRIPLES))
         ours = list(statement_quads(statements))
         if not diff_graph(ours, theirs, row.graph, self.canonicalizer).is_empty:
             self._note(row.id, f"the clone of <{row.graph}> differs from the publisher's content at {version}: "

@@ -51,6 +51,7 @@ from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal, Regis
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.statements import terms
 from lucid_hub.store.graphs import GraphStore, StoreChange
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -139,38 +140,37 @@ class QueryService:
         self._written = 0  # counts notifications written in this process
         self._work = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._started = False
+        self._last_poll = 0.0
         self._revocations_checked = 0.0
         self.evaluations = 0  # subscriptions evaluated after changes (for the benchmark)
         self.deltas = 0  # subscriptions that took a patch's rows from the worker (the delta path)
         self.delta_fallbacks = 0  # ... whose rows did not fit (evaluated in full instead)
         self.changes = 0  # store changes processed
         self.busy = 0.0  # seconds spent processing them (matching, evaluating, diffing, writing)
-        self.failures = 0
         self.webhooks = Webhooks(settings, db, self.messages, self.may_deliver, self._end)
 
     # --- lifecycle -------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, roles: Supervisor) -> None:
         """Evaluate in this process: load the active subscriptions, catch each up with what
-        changed while none ran (one notification each), then follow the store's changes."""
-        if not self.evaluates or self._thread is not None:
+        changed while none ran (one notification each), then follow the store's changes (the
+        role `query-subscriptions`, woken by each change)."""
+        if not self.evaluates or self._started:
             return
+        self._started = True
         self.store.watch(self._changed)
         with self.engine.lock:
             for row in self._rows("active"):
                 self._resume(row)
-        self._thread = threading.Thread(target=self._run, name="query-subscriptions", daemon=True)
-        self._thread.start()
-        self.webhooks.start()
+        roles.add("query-subscriptions", self.round, every=POLL, wake=self._work)
+        self.webhooks.start(roles, "query-webhooks")
 
     def stop(self) -> None:
+        """After the roles stopped: wake what waits for notifications, close the worker."""
         self._stop.set()
         self._work.set()
         with self._cond:
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
         self.webhooks.stop()
         self.store.unwatch(self._changed)
         self.engine.close()
@@ -293,24 +293,18 @@ class QueryService:
         self._write([] if message is None else [(live, message)])
 
     # --- following the store ---------------------------------------------------------------
-    def _run(self) -> None:
-        last_poll = 0.0
-        while not self._stop.is_set():
-            self._work.wait(POLL)
-            self._work.clear()
-            if self._stop.is_set():
-                return
-            try:
-                if time.monotonic() - last_poll >= POLL:
-                    last_poll = time.monotonic()
-                    self.sync()  # other processes' patches reach this store (and come back as changes)
-                    self._take_pending()
-                self._drain()
-                if time.monotonic() - self._revocations_checked >= REVOCATION_CHECK:
-                    self.check_revocations()
-            except Exception:  # the loop must go on; each failure is logged
-                self.failures += 1
-                log.exception("continuous queries: a round failed")
+    def round(self) -> None:
+        """One round of the role: other processes' work (every POLL s), the queued changes,
+        and now and then whether the parties may still read what they subscribed to."""
+        if self._stop.is_set():
+            return
+        if time.monotonic() - self._last_poll >= POLL:
+            self._last_poll = time.monotonic()
+            self.sync()  # other processes' patches reach this store (and come back as changes)
+            self._take_pending()
+        self._drain()
+        if time.monotonic() - self._revocations_checked >= REVOCATION_CHECK:
+            self.check_revocations()
 
     def drain(self) -> None:
         """Process the store's changes queued so far (tests and the benchmark call it)."""

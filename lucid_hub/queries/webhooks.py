@@ -42,6 +42,7 @@ from lucid_hub.db.models import QuerySubscription
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import iso, now
 from lucid_hub.outbound import AddressPolicy
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -78,22 +79,19 @@ class Webhooks:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.posted = 0  # POSTs made (for tests and metrics)
 
-    def start(self) -> None:
-        if self._thread is not None:
+    def start(self, roles: Supervisor, name: str) -> None:
+        """Send the callbacks' notifications: the role `name` finds what is due, a pool sends."""
+        if self._executor is not None:
             return
-        self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="query-webhook")
-        self._thread = threading.Thread(target=self._run, name="query-webhooks", daemon=True)
-        self._thread.start()
+        self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix=name)
+        roles.add(name, self.round, every=LOOK, wake=self._wake)
 
     def stop(self) -> None:
+        """After the role stopped: the sends in flight end."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
@@ -103,17 +101,11 @@ class Webhooks:
         """A notification was written: look for callbacks to send it to."""
         self._wake.set()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(LOOK)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                for sid in self.due():
-                    self._submit(sid)
-            except Exception:  # the loop must go on; each failure is logged
-                log.exception("query webhooks: a round failed")
+    def round(self) -> None:
+        if self._stop.is_set():
+            return
+        for sid in self.due():
+            self._submit(sid)
 
     def due(self) -> list[str]:
         """Subscriptions whose callback has notifications to take, now."""

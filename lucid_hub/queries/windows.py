@@ -55,6 +55,7 @@ from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class WindowService:
         self.evaluates = evaluates
         self.clock = clock
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._started = False
         self._cond = threading.Condition()
         self._written = 0
         self._evaluating = threading.Lock()  # one evaluation round at a time (the thread, tests)
@@ -145,26 +146,17 @@ class WindowService:
         self.on_written: Callable[[], None] = lambda: None  # wakes the WebSocket observers (set by the runtime)
 
     # --- lifecycle ---------------------------------------------------------------------
-    def start(self) -> None:
-        if not self.evaluates or self._thread is not None:
+    def start(self, roles: Supervisor) -> None:
+        """Evaluate the windows that end (the role `windowed-queries`) and send their webhooks."""
+        if not self.evaluates or self._started:
             return
-        self._thread = threading.Thread(target=self._run, name="windowed-queries", daemon=True)
-        self._thread.start()
-        self.webhooks.start()
+        self._started = True
+        roles.add("windowed-queries", self.evaluate_due, every=LOOK)
+        self.webhooks.start(roles, "window-webhooks")
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
         self.webhooks.stop()
-
-    def _run(self) -> None:
-        while not self._stop.wait(LOOK):
-            try:
-                self.evaluate_due()
-            except Exception:  # the loop must go on; each failure is logged
-                log.exception("windowed queries: a round failed")
 
     # --- registration ------------------------------------------------------------------
     def register(self, caller: Principal, name: str, text: str, graphs: list[str], range_spec: Any,

@@ -67,6 +67,7 @@ from lucid_hub.rules.language import Pattern, Rule, RuleSyntaxError
 from lucid_hub.signing import SigningKey, sign_text
 from lucid_hub.store.graphs import GraphStore, StoreChange
 from lucid_hub.store.sparql import GraphEdit
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +310,7 @@ class RuleEngine:
         self._local = threading.local()
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._started = False
         self._http: requests.Session | None = None
         self._pool: Any = None
         store.watch(self._watched)
@@ -843,34 +844,29 @@ class RuleEngine:
             log.exception("recording rule firings failed")  # a record; publishing goes on
 
     # --- firing: deferred ----------------------------------------------------------------------
-    def start(self) -> None:
-        """Run the deferred rules (in the leader process)."""
-        if not self.leader or self._thread is not None:
+    def start(self, roles: Supervisor) -> None:
+        """Run the deferred rules (in the leader process): the role `deferred-rules`."""
+        if not self.leader or self._started:
             return
+        self._started = True
         self._http = outbound.session(outbound.AddressPolicy.of(self.settings), "lucid-hub rules")
         self._pool = outbound.pool_manager(outbound.AddressPolicy.of(self.settings), timeout=10.0, retries=False)
-        self._thread = threading.Thread(target=self._loop, name="lucid-rules", daemon=True)
-        self._thread.start()
+        roles.add("deferred-rules", self.round, every=1.0, wake=self._wake)
 
     def stop(self) -> None:
+        """After the role stopped: the history still to write, and the evaluating worker."""
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
         self.flush_history()
         self.replica.close()
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.wait(1.0)
-            self._wake.clear()
-            try:
-                self.refresh()
-                while self.run_deferred() and not self._stopping.is_set():
-                    pass
-            except Exception:
-                log.exception("deferred rules failed")
+    def round(self) -> bool:
+        """A round of the role: the rules as the rules graph says now, then one batch of
+        deferred firings; whether more may be waiting (the supervisor runs it again at once)."""
+        if self._stopping.is_set():
+            return False
+        self.refresh()
+        return bool(self.run_deferred())
 
     def _start_cursors(self, rules: list[Registered]) -> None:
         """A new deferred rule starts at its graph's head: it reacts to what comes after it."""

@@ -28,8 +28,8 @@ from lucid_hub.web.parts import HubParts
 
 
 def create_app(settings: Settings, runtime: HubParts) -> Flask:
-    """The app of a hub whose parts the composition root opened (lucid_hub.runtime); the
-    caller closes them."""
+    """The app of a hub whose parts the composition root opened (lucid_hub.runtime); it only
+    serves them: the caller starts their background work (`Runtime.start`) and closes them."""
     app = Flask("lucid_hub")
     app.request_class = BoundedRequest
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -39,14 +39,6 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     errors.register(app)
     headers.register(app)
     ops.init_request_observation(app)
-    app.extensions["lucid"].start_delivery(settings.deliver_in_process)
-    hub = app.extensions["lucid"]
-    hub.start_following()  # this replica's store follows the others' publishes
-    hub.start_roles()  # the leader's: mirrors, query and window evaluation, deferred rules, relay
-    if hub.leadership is not None:
-        hub.leadership.on_gain = hub.lead  # a candidate waits to take them over
-    if hub.candidate:  # one process of each replica serves its metrics port
-        hub.start_metrics_listener()
     oauth.init_oauth(app)
     admin.init_admin(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,

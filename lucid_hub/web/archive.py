@@ -75,7 +75,7 @@ def container() -> Response:
         page, more = runtime().archive.latest(graph, int(size)), False
     else:
         records = runtime().archive.history(graph, since=since, limit=settings.page_size + 1)
-        page, more = records[: settings.page_size], len(records) > settings.page_size
+        page, more = _cut(records, settings.page_size, settings.page_bytes)
     media_type = negotiate(CONTAINER_TYPES, "text/turtle")
     # A page is fixed by its graph, its start, what it lists and its syntax.
     tag = hashlib.sha256("\n".join([graph, since or "", size or "", media_type, str(more),
@@ -100,6 +100,17 @@ def container() -> Response:
         quads.append(ox.Quad(self_url, ox.NamedNode(LDP + "contains"), ox.NamedNode(patch_url(r.id))))
     body = serialize(quads, RDF_MEDIA_TYPES[media_type], prefixes={"ldp": LDP})
     return Response(body, mimetype=media_type, headers=headers)
+
+
+def _cut(records: list[Any], size: int, max_bytes: int) -> tuple[list[Any], bool]:
+    """The first page of `records` (one more than a page was read): `size` patches, or fewer
+    once their bodies pass `max_bytes` (one at least); and whether more follow."""
+    total = 0
+    for index, record in enumerate(records[:size]):
+        total += len(record.body)
+        if total > max_bytes and index > 0:
+            return records[:index], True
+    return records[:size], len(records) > size
 
 
 def _page_url(graph: str, since: str) -> str:

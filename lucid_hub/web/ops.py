@@ -33,7 +33,8 @@ def healthz() -> Response:
 @blueprint.get("/readyz")
 def readyz() -> Response:
     """Ready to take traffic: the database and the patch log answer, and the mirrors have
-    caught up on what they missed while this hub was down. 503 names what is not ready."""
+    caught up on what they missed while this hub was down (for one round's time at most).
+    503 names what is not ready; a 200 names the mirrors whose partner stalls them."""
     hub = runtime()
     try:
         with hub.db.engine.connect() as connection:
@@ -50,7 +51,10 @@ def readyz() -> Response:
     if lag > hub.settings.ready_max_lag:
         return plain(503, f"catching up: this replica's store is {lag} patches behind the archive "
                           f"(ready at {hub.settings.ready_max_lag} or fewer)")
-    return plain(200, "ready")
+    # A partner's trouble is its mirror's, not the hub's: named, and still ready.
+    stuck = "".join(f"; mirror of <{graph}> is not following: {reason}" for graph, reason in
+                    sorted(hub.mirrors.stuck().items()))
+    return plain(200, "ready" + stuck)
 
 
 @blueprint.get("/.well-known/jwks.json")

@@ -52,7 +52,3 @@ class HubParts(Protocol):
     inbox: Inbox
     rules: RuleEngine
     leader: bool
-
-    def start_delivery(self, run: bool = True) -> None: ...
-
-    def start_metrics_listener(self) -> None: ...

@@ -111,6 +111,7 @@ def run(patches: int, subscriptions: int, runs: int) -> None:
         runtime = Runtime.open(settings)
         try:
             app = create_app(settings, runtime)
+            runtime.start()
             click.echo(f"== console pages, a graph of {patches:,} patches and {subscriptions:,} subscriptions, "
                        f"{runs} renders each (in process)")
             started = time.perf_counter()

@@ -157,6 +157,7 @@ def _hub(data: Path) -> Iterator[tuple[str, Any, str]]:
                                   "LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY": "100000"})
     runtime = Runtime.open(settings)
     server = make_server("127.0.0.1", port, create_app(settings, runtime), threaded=True)
+    runtime.start()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     record, _secret = runtime.clients.create("bench admin", groups=["lucid-hub-admins"],

@@ -1,0 +1,217 @@
+"""The hostile-partner suite: a partner that misbehaves slows only itself. Each test measures a
+well-behaved party in the same test, unloaded and under the attack, and asserts its p99 stays
+within 2x (a ratio of two figures of one run, never an absolute time) and that it loses
+nothing. Real hubs on loopback; the hostile side is a real HTTP server (tests/proxy.py) in
+front of a real publisher, changing only what the attack needs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import RunningHub, running_hub
+from tests.proxy import LoopbackProxy
+from tests.test_mirror import DEV, TTL, partner_client, wait
+
+G = "https://acme.example/graphs/kpi"  # the well-behaved publisher's graph, mirrored directly
+H = "https://acme.example/graphs/hostile"  # mirrored through the hostile server
+G2 = "https://acme.example/graphs/second"  # a mirror added while the attack goes on
+ROUND = {"LUCID_MIRROR_ROUND_SECONDS": "3", "LUCID_MIRROR_ROUND_PAGES": "20"}
+SAMPLES = 60
+
+
+@pytest.fixture
+def hubs(tmp_path: Path) -> Iterator[tuple[RunningHub, RunningHub]]:
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher, \
+            running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", {**DEV, **ROUND}) as partner:
+        yield publisher, partner
+
+
+def publish(hub: RunningHub, graph: str, i: int) -> str:
+    body = f'<https://acme.example/kpi/otif> <https://acme.example/kpi/value> "{i}" .\n'
+    answer = hub.http.put(f"{hub.url}/graphs", params={"graph": graph}, headers=TTL, data=body.encode(), timeout=30)
+    assert answer.status_code in (200, 201), answer.text
+    return str(answer.json()["patch"])
+
+
+class Arrivals:
+    """The patches of a graph as the partner's own patch stream (SSE) shows them applied:
+    id -> time of arrival."""
+
+    def __init__(self, hub: RunningHub, graph: str) -> None:
+        self.seen: dict[str, float] = {}
+        self.changed = threading.Condition()
+        self.response = hub.http.get(f"{hub.url}/patches/events", params={"graph": graph}, stream=True,
+                                     timeout=(10, 120))
+        assert self.response.status_code == 200, self.response.text
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in self.response.iter_lines():
+                if line.startswith(b"data: "):
+                    with self.changed:
+                        self.seen[json.loads(line[6:])["id"]] = time.perf_counter()
+                        self.changed.notify_all()
+        except (requests.RequestException, AttributeError):
+            return  # closed by the test
+
+    def wait_for(self, patch_id: str, timeout: float = 30) -> float:
+        with self.changed:
+            assert self.changed.wait_for(lambda: patch_id in self.seen, timeout), f"{patch_id} never applied"
+            return self.seen[patch_id]
+
+    def close(self) -> None:
+        self.response.close()
+
+
+def p99_of_following(publisher: RunningHub, arrivals: Arrivals, start: int) -> float:
+    """p99 of publish-to-applied-at-the-partner over SAMPLES publishes of G (each waited for:
+    nothing may be lost)."""
+    took = []
+    for i in range(start, start + SAMPLES):
+        began = time.perf_counter()
+        patch = publish(publisher, G, i)
+        took.append(arrivals.wait_for(patch) - began)
+    return statistics.quantiles(took, n=100, method="inclusive")[98]
+
+
+def mirror_of(partner: RunningHub, graph: str) -> dict[str, object]:
+    listed = partner.http.get(f"{partner.url}/admin/mirrors", timeout=30).json()["mirrors"]
+    return next(m for m in listed if m["graph"] == graph)
+
+
+def add(partner: RunningHub, hub_url: str, graph: str, client: tuple[str, str]) -> None:
+    answer = partner.http.post(f"{partner.url}/admin/mirrors", timeout=30, json={
+        "hub": f"{hub_url}/hub", "graph": graph, "client_id": client[0], "client_secret": client[1]})
+    assert answer.status_code == 201, answer.text
+
+
+@pytest.mark.parametrize("attack, refusal", [
+    ("empty", "pages do not end: a page without patches links to another"),
+    ("repeat", "held no patch after our head"),
+    ("huge", "longer than the 67,108,864 bytes a mirror reads of one answer"),
+    ("trickle", "still arriving after the round's 3 s"),
+])
+def test_a_hostile_publisher_stalls_only_its_own_mirror(hubs: tuple[RunningHub, RunningHub], attack: str,
+                                                       refusal: str) -> None:
+    publisher, partner = hubs
+    client = partner_client(publisher, partner)
+    body = {"iri": "urn:c:globex-reads-all", "requiresGroup": ["partner-globex"], "readGraph": [H, G2]}
+    assert publisher.http.post(f"{publisher.url}/admin/conditions", json=body, timeout=30).status_code == 201
+    for graph in (G, H, G2):
+        for i in range(4):  # pages of 3 at the publisher: the clones read two each
+            publish(publisher, graph, i)
+    add(partner, publisher.url, G, client)
+    wait(lambda: mirror_of(partner, G)["head"] == publisher.runtime.archive.head(G))
+    arrivals = Arrivals(partner, G)
+    proxy = LoopbackProxy(publisher.url)
+    try:
+        unloaded = p99_of_following(publisher, arrivals, 100)
+
+        proxy.archive = attack
+        add(partner, proxy.url, H, client)
+        wait(lambda: proxy.pages_served > 0, show=lambda: mirror_of(partner, H))
+        add(partner, publisher.url, G2, client)  # subscribes and clones beside the attack
+        wait(lambda: mirror_of(partner, G2)["state"] == "active"
+             and mirror_of(partner, G2)["head"] == publisher.runtime.archive.head(G2), timeout=20,
+             show=lambda: mirror_of(partner, G2))
+        attacked = p99_of_following(publisher, arrivals, 200)
+        wait(lambda: refusal in str(mirror_of(partner, H)["last_error"]), timeout=20,
+             show=lambda: mirror_of(partner, H))
+
+        ready = partner.http.get(f"{partner.url}/readyz", timeout=10)
+        assert ready.status_code == 200 and f"mirror of <{H}> is not following" in ready.text, ready.text
+        assert mirror_of(partner, G)["head"] == publisher.runtime.archive.head(G)  # nothing lost
+        assert mirror_of(partner, H)["length"] <= 1  # ("repeat" serves the real first patch: that one verifies)
+        served = proxy.pages_served
+        print(f"{attack}: following p99 unloaded {unloaded * 1000:.1f} ms, attacked {attacked * 1000:.1f} ms, "
+              f"ratio {attacked / unloaded:.2f}; hostile pages served {served}")
+        assert attacked <= 2 * unloaded, (attack, unloaded, attacked)
+    finally:
+        arrivals.close()
+        proxy.close()
+
+
+def test_a_failing_mirror_is_tried_again_later_and_later(hubs: tuple[RunningHub, RunningHub]) -> None:
+    """Refusals are rate-limited: a publisher whose archive keeps failing is asked again after
+    2, 4, 8 … seconds (jittered), not on every one-second round."""
+    publisher, partner = hubs
+    client = partner_client(publisher, partner)
+    body = {"iri": "urn:c:globex-reads-h", "requiresGroup": ["partner-globex"], "readGraph": [H]}
+    assert publisher.http.post(f"{publisher.url}/admin/conditions", json=body, timeout=30).status_code == 201
+    publish(publisher, H, 1)
+    proxy = LoopbackProxy(publisher.url)
+    try:
+        proxy.archive = "empty"
+        add(partner, proxy.url, H, client)
+        wait(lambda: proxy.pages_served >= 1)
+        mirrors = partner.runtime.mirrors
+        mirror_id = str(mirror_of(partner, H)["id"])
+        wait(lambda: mirrors._failures.get(mirror_id, 0) >= 1)
+        first_wait = mirrors._not_before[mirror_id] - time.monotonic()
+        wait(lambda: mirrors._failures.get(mirror_id, 0) >= 2, timeout=10)
+        second_wait = mirrors._not_before[mirror_id] - time.monotonic()
+        assert 0.5 <= first_wait <= 2.0 and 1.0 <= second_wait <= 4.0, (first_wait, second_wait)
+        assert proxy.pages_served <= 3  # one page a try: the refusal is at the first empty page
+    finally:
+        proxy.close()
+
+
+def test_a_restarted_hub_is_ready_though_a_partner_stalls_its_mirror(tmp_path: Path) -> None:
+    """Readiness waits for the mirrors' catch-up after a start for one round's time at most: a
+    partner whose archive trickles must not keep the hub out of its load balancer."""
+    partner_env = {**DEV, **ROUND}
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher:
+        proxy = LoopbackProxy(publisher.url)
+        try:
+            with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", partner_env) as partner:
+                client = partner_client(publisher, partner)
+                body = {"iri": "urn:c:globex-reads-h", "requiresGroup": ["partner-globex"], "readGraph": [H]}
+                assert publisher.http.post(f"{publisher.url}/admin/conditions", json=body,
+                                           timeout=30).status_code == 201
+                publish(publisher, H, 1)
+                proxy.archive = "trickle"
+                add(partner, proxy.url, H, client)
+                wait(lambda: proxy.pages_served > 0)
+            served = proxy.pages_served
+            with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", partner_env) as again:
+                started = time.monotonic()
+                wait(lambda: proxy.pages_served > served)  # its first round is on the trickling page
+                wait(lambda: again.http.get(f"{again.url}/readyz", timeout=10).status_code == 200, timeout=15)
+                ready_after = time.monotonic() - started
+                assert ready_after < 2 * float(ROUND["LUCID_MIRROR_ROUND_SECONDS"]), ready_after
+        finally:
+            proxy.close()
+
+
+def test_a_long_archive_is_cloned_over_several_rounds_and_checked_at_the_end(tmp_path: Path) -> None:
+    """A round ends at its budget, not the clone: the next round goes on from the mirror's head,
+    and the clone is checked against the publisher's content once it is complete. The
+    publisher ends a page once its patches pass LUCID_PAGE_BYTES (here every page holds one)."""
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", {**DEV, "LUCID_PAGE_BYTES": "1"}) \
+            as publisher, running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}",
+                                      {**DEV, "LUCID_MIRROR_ROUND_PAGES": "2"}) as partner:
+        ids = [publish(publisher, G, i) for i in range(7)]
+        page = publisher.http.get(f"{publisher.url}/patches", params={"graph": G}, timeout=30,
+                                  headers={"Accept": "application/json"}).json()
+        assert [p["id"] for p in page["patches"]] == ids[:1] and page["next"]
+        checked = threading.Event()
+        real_check = partner.runtime.mirrors._check_clone
+
+        def check(*args: object) -> None:
+            real_check(*args)
+            checked.set()
+
+        partner.runtime.mirrors._check_clone = check  # observed, not replaced
+        add(partner, publisher.url, G, partner_client(publisher, partner))
+        wait(lambda: mirror_of(partner, G)["head"] == ids[-1] and checked.is_set(),
+             show=lambda: mirror_of(partner, G))
+        assert mirror_of(partner, G)["length"] == 7 and mirror_of(partner, G)["last_error"] == ""
