@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 log = logging.getLogger(__name__)
 
-Step = Callable[[], object]  # one round; a truthy answer: more is waiting, run again at once
+Step = Callable[[], object]  # one round; answering True (nothing else): more is waiting, run it again at once
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Supervisor:
                 role.failures_in_a_row = 0
                 role.up = True
                 role.last_success = time.time()
-            if more and not self._stop.is_set():
+            if more is True and not self._stop.is_set():  # (a count or a list a step returns is no request)
                 continue
             role.wake_event.wait(role.delay())
             role.wake_event.clear()

@@ -103,8 +103,8 @@ class LoopbackProxy:
     def _hostile_page(self, handler: BaseHTTPRequestHandler, headers: dict[str, str]) -> None:
         """An archive page as a hostile publisher serves it: "empty" pages that link to one more
         forever; "repeat": each page holds the archive's first patch (verifies, known already) and
-        links to one more; "huge": a page of 100 MB, chunked, of no declared length; "trickle":
-        a page that arrives a byte every 0.2 s."""
+        links to one more; "huge": a page of 100 MB, chunked, of no declared length; a page that
+        arrives a byte every 0.2 s, chunked ("trickle") or of a declared length ("dribble")."""
         more = f"{self.url}/patches?graph=x&p={self.pages_served + 1}"
         if self.archive in ("empty", "repeat"):
             patches = []
@@ -119,6 +119,18 @@ class LoopbackProxy:
             handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
             handler.wfile.write(body)
+            return
+        if self.archive == "dribble":  # a declared length, each byte alone
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", "3000")
+            handler.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(3000):
+                    handler.wfile.write(b" ")
+                    handler.wfile.flush()
+                    if self.closed.wait(0.2):
+                        break
             return
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")

@@ -24,7 +24,7 @@ G = "https://acme.example/graphs/kpi"  # the well-behaved publisher's graph, mir
 H = "https://acme.example/graphs/hostile"  # mirrored through the hostile server
 G2 = "https://acme.example/graphs/second"  # a mirror added while the attack goes on
 ROUND = {"LUCID_MIRROR_ROUND_SECONDS": "3", "LUCID_MIRROR_ROUND_PAGES": "20"}
-SAMPLES = 60
+SAMPLES = 100  # p99 of 100: a single stray pause of the shared process weighs less than in fewer
 
 
 @pytest.fixture
@@ -99,6 +99,7 @@ def add(partner: RunningHub, hub_url: str, graph: str, client: tuple[str, str]) 
     ("repeat", "held no patch after our head"),
     ("huge", "longer than the 67,108,864 bytes a mirror reads of one answer"),
     ("trickle", "still arriving after the round's 3 s"),
+    ("dribble", "still arriving after the round's 3 s"),
 ])
 def test_a_hostile_publisher_stalls_only_its_own_mirror(hubs: tuple[RunningHub, RunningHub], attack: str,
                                                        refusal: str) -> None:

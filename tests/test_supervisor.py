@@ -109,3 +109,22 @@ def test_stop_ends_each_role_after_its_round_and_reports_it_down() -> None:
     supervisor.start()
     late.wait_for(1)
     supervisor.stop()
+
+
+def test_only_true_asks_for_another_round_at_once() -> None:
+    """A step's count or list is no request for more: a follower that answers the graphs it
+    synced spun a core when it was taken for one."""
+    supervisor = Supervisor()
+    rounds = Rounds([["a graph"], 3, True, False])
+    role = supervisor.add("counting", rounds, every=3600)
+    supervisor.start()
+    try:
+        rounds.wait_for(1)
+        with rounds.done:  # an hour's interval: no second round unless woken
+            assert not rounds.done.wait_for(lambda: rounds.count >= 2, timeout=0.5)
+        role.wake()
+        rounds.wait_for(2)
+        role.wake()
+        rounds.wait_for(4)  # the third said True: the fourth came at once
+    finally:
+        supervisor.stop()

@@ -20,6 +20,7 @@ from typing import IO, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import requests
+import urllib3
 
 from lucid_hub import nesting, resources
 from lucid_hub.client.tokens import client_credentials_token
@@ -35,6 +36,7 @@ from lucid_hub.outbound import explain
 TIMEOUT = 30.0
 LDP_INBOX = "http://www.w3.org/ns/ldp#inbox"
 BULK_TIMEOUT = 3600.0  # a bulk upload or download of a large graph
+IDENTITY = {"Accept-Encoding": "identity"}  # answers read within a cap: counted as they arrive
 
 
 T = TypeVar("T")
@@ -50,9 +52,11 @@ class Budget:
     still arriving when the time is up, is the other hub's fault (RemoteAnswerError); a round
     that runs out between pages is not (RoundOver)."""
 
-    def __init__(self, seconds: float, pages: int, answer_bytes: int) -> None:
+    def __init__(self, seconds: float, pages: int, answer_bytes: int,
+                 stopped: Callable[[], bool] = lambda: False) -> None:
         self.deadline = time.monotonic() + seconds
         self.seconds, self.pages, self.answer_bytes = seconds, pages, answer_bytes
+        self.stopped = stopped  # the process is stopping: the round ends at the next page or chunk
 
     @classmethod
     def unbounded(cls) -> Budget:
@@ -68,7 +72,7 @@ class Budget:
         return min(10.0, left), min(TIMEOUT, left)
 
     def take_page(self) -> None:
-        if self.pages <= 0 or self.left() <= 0:
+        if self.pages <= 0 or self.left() <= 0 or self.stopped():
             raise RoundOver("the round's budget is spent")
         self.pages -= 1
 
@@ -81,18 +85,26 @@ class Budget:
             response.close()
             raise RemoteAnswerError(f"{what} declares {int(declared):,} bytes, more than the {limit:,} a mirror reads "
                                     "of one answer (LUCID_MIRROR_MAX_ANSWER_BYTES)")
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # asked for none: a compressed page could expand past any cap
+            response.close()
+            raise RemoteAnswerError(f"{what} came {encoding}-encoded, though none was asked for")
         body = bytearray()
         try:
-            for chunk in response.iter_content(1 << 16):
+            # read1: what the connection has now, so that a body arriving a byte at a time
+            # still meets the clock (read(n) waits for n bytes, each byte resetting the time-out).
+            while chunk := response.raw.read1(1 << 16, decode_content=False):
                 body += chunk
                 if len(body) > limit:
                     raise RemoteAnswerError(f"{what} is longer than the {limit:,} bytes a mirror reads of one "
                                             "answer (LUCID_MIRROR_MAX_ANSWER_BYTES)")
+                if self.stopped():
+                    raise RoundOver("stopping")
                 if self.left() <= 0:
                     raise RemoteAnswerError(f"{what} was still arriving after the round's {self.seconds:g} s "
                                             "(LUCID_MIRROR_ROUND_SECONDS)")
-        except requests.RequestException as exc:
-            raise RemoteUnreachableError(f"{what} broke off: {explain(exc)}") from None
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise RemoteUnreachableError(f"{what} broke off: {type(exc).__name__}") from None
         finally:
             response.close()
         return bytes(body)
@@ -253,7 +265,7 @@ class HubClient:
         while url:
             budget.take_page()
             answer = self._call("get", url, f"the publisher {self.base}", params=params, timeout=budget.timeout(),
-                                stream=True, headers=self._headers(Accept="application/json"))
+                                stream=True, headers=self._headers(**IDENTITY, Accept="application/json"))
             if answer.status_code != 200:
                 text = budget.read(answer, "the publisher's refusal")[:300].decode("utf-8", "replace")
                 raise RemoteRefusedError(f"the publisher's archive answered {answer.status_code}: {text}",
@@ -280,7 +292,7 @@ class HubClient:
         budget = budget or Budget.unbounded()
         answer = self._call("get", f"{self.base}/graphs", f"the publisher {self.base}", timeout=budget.timeout(),
                             params={"graph": graph, "version": version or ""}, stream=True,
-                            headers=self._headers(Accept="application/n-triples"))
+                            headers=self._headers(**IDENTITY, Accept="application/n-triples"))
         body = budget.read(answer, "the publisher's graph")
         if answer.status_code != 200:
             raise RemoteRefusedError(f"the publisher's graph answered {answer.status_code}: "

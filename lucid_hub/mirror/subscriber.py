@@ -291,12 +291,12 @@ class MirrorService:
             roles.add("mirrors", self.schedule, every=1.0, wake=self._wake)
 
     def stop(self) -> None:
-        """After the role stopped: rounds in flight end at their budget, not waited for."""
+        """After the role stopped: rounds in flight end at their next page or chunk of one."""
         self._stop.set()
         self._wake.set()
         self.end_streams()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:  # rounds in flight end at their next page or chunk
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def end_streams(self) -> None:
         """End every event stream (the server is shutting down); safe in a signal handler."""
@@ -390,7 +390,7 @@ class MirrorService:
     def budget(self) -> Budget:
         """What one round may spend on a publisher (settings `LUCID_MIRROR_ROUND_*`)."""
         s = self.settings
-        return Budget(s.mirror_round_seconds, s.mirror_round_pages, s.mirror_max_answer_bytes)
+        return Budget(s.mirror_round_seconds, s.mirror_round_pages, s.mirror_max_answer_bytes, self._stop.is_set)
 
     def _send_receipt(self, mirror_id: str) -> None:
         """Tell the publisher the mirror's new head, if it has one not told yet (receipts.py)."""
@@ -653,7 +653,7 @@ class MirrorService:
                     self._quarantine(mirror_id, *refused)
                     return applied, True
         except RoundOver:
-            if applied == 0:  # pages that bring nothing new: an archive that does not end
+            if applied == 0 and not self._stop.is_set():  # pages that bring nothing new: an archive that does not end
                 s = self.settings
                 raise RemoteAnswerError(f"a round's worth of the publisher's archive ({s.mirror_round_pages} pages "
                                         f"or {s.mirror_round_seconds:g} s) held no patch after our head") from None
