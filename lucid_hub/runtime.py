@@ -36,6 +36,7 @@ from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.queries import QueryService
+from lucid_hub.queries.engine import QueryEngine
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.resources import notification_url
@@ -238,8 +239,9 @@ class Runtime:
         runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db),
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
-                      hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens, queries.engine,
-                                                            canonicalizer, evaluates=leader),
+                      hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens,
+                                                            _window_engine(settings, store), canonicalizer,
+                                                            evaluates=leader, trial=_window_engine(settings, store)),
                       StreamIndex(archive, canonicalizer, settings.stream_graphs),
                       Inbox(db, lambda ident: notification_url(settings.public_url, ident),
                             max_bytes=settings.inbox_max_bytes, per_minute=settings.inbox_rate,
@@ -288,6 +290,14 @@ class Runtime:
         if self.publisher.db_locks is not None:
             self.publisher.db_locks.dispose()
         self.db.dispose()
+
+
+def _window_engine(settings: Settings, store: GraphStore) -> QueryEngine:
+    """A worker for windowed queries, apart from the continuous queries' one (it holds no
+    graphs: a window carries its data): one party's window killed at its budget costs no
+    other party its followed graphs' reload."""
+    return QueryEngine(store, settings.query_memory_mb, settings.query_budget, settings.query_max_result_bytes,
+                       base=f"{settings.public_url}/sparql")
 
 
 def replica_id(data_dir: Path) -> str:

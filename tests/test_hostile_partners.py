@@ -6,6 +6,7 @@ front of a real publisher, changing only what the attack needs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import threading
@@ -216,3 +217,82 @@ def test_a_long_archive_is_cloned_over_several_rounds_and_checked_at_the_end(tmp
         wait(lambda: mirror_of(partner, G)["head"] == ids[-1] and checked.is_set(),
              show=lambda: mirror_of(partner, G))
         assert mirror_of(partner, G)["length"] == 7 and mirror_of(partner, G)["last_error"] == ""
+
+
+def test_a_partys_heavy_windows_delay_no_other_partys_notifications(tmp_path: Path) -> None:
+    """The reproduction: a party looping `PUT /windows/…` with a query of four VALUES blocks of
+    300 values, three at a time. Each overran the budget in the one worker, which the
+    continuous queries share and which then reloaded every followed graph: another party's
+    notification took 13.9 s instead of 0.03 s. Windows are now evaluated apart, and a party
+    whose queries overrun waits before its next one is tried (429)."""
+    from lucid_hub.policy.model import Condition
+    from tests.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", {"LUCID_QUERY_BUDGET": "1"}) as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        hub.runtime.policies.create([Condition("urn:c:orders", requiresGroup=("buyers",), readGraph=(ORDERS,))],
+                                    "admin")
+        good, hostile = (hub.session(hub.token(name, groups=("buyers",))) for name in ("good", "hostile"))
+        made = good.post(f"{hub.url}/subscriptions", json={"sparql": MINE})
+        assert made.status_code == 201, made.text
+        spuid = made.json()["notification"]["spuid"]
+        seen: list[tuple[int, float]] = []
+        arrived = threading.Condition()
+        events = good.get(f"{hub.url}/subscriptions/{spuid}/events", stream=True, timeout=(10, 300))
+
+        def read() -> None:
+            with contextlib.suppress(requests.RequestException, AttributeError):
+                for line in events.iter_lines():
+                    if line.startswith(b"id: "):
+                        with arrived:
+                            seen.append((int(line[4:]), time.perf_counter()))
+                            arrived.notify_all()
+
+        threading.Thread(target=read, daemon=True).start()
+        values = " ".join(str(i) for i in range(300))
+        heavy = "SELECT (COUNT(*) AS ?n) WHERE { " + " ".join(f"VALUES ?v{k} {{ {values} }}" for k in range(4)) + " }"
+        worker = hub.runtime.queries.engine._worker
+        state = {"value": "open"}
+
+        def p99_of_notifications(count: int) -> float:
+            took = []
+            for _ in range(count):
+                new = "packed" if state["value"] != "packed" else "open"
+                began = time.perf_counter()
+                update(hub, status("o1", state["value"], new))
+                state["value"] = new
+                with arrived:
+                    assert arrived.wait_for(lambda: len(seen) and seen[-1][0] >= len(took) + base + 1, 30)
+                    took.append(seen[-1][1] - began)
+            return statistics.quantiles(took, n=100, method="inclusive")[98]
+
+        with arrived:
+            assert arrived.wait_for(lambda: bool(seen), 30)  # the first notification (sequence 0)
+        base = 0
+        unloaded = p99_of_notifications(50)
+        base = 50
+        stop, answers = threading.Event(), []
+
+        def attack(n: int) -> None:
+            while not stop.is_set():
+                answer = hostile.put(f"{hub.url}/windows/heavy{n}", json={"sparql": heavy, "graphs": [ORDERS],
+                                                                          "range": 1, "step": 1}, timeout=60)
+                answers.append(answer.status_code)
+
+        attackers = [threading.Thread(target=attack, args=(n,), daemon=True) for n in range(3)]
+        for thread in attackers:
+            thread.start()
+        try:
+            attacked = p99_of_notifications(50)
+        finally:
+            stop.set()
+            for thread in attackers:
+                thread.join(60)
+            events.close()
+        print(f"heavy windows: notification p99 unloaded {unloaded * 1000:.1f} ms, attacked {attacked * 1000:.1f} ms, "
+              f"ratio {attacked / unloaded:.2f}; the hostile party's answers {sorted(set(answers))} "
+              f"({answers.count(429)} of {len(answers)} refused at once)")
+        assert [sequence for sequence, _ in seen] == list(range(101))  # nothing lost, nothing out of order
+        assert 422 in answers and 429 in answers and set(answers) <= {422, 429}
+        assert hub.runtime.queries.engine._worker is worker  # the continuous queries' worker was never killed
+        assert attacked <= 2 * unloaded, (unloaded, attacked)

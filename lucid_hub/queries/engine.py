@@ -6,11 +6,13 @@ whenever one had to be killed at a subscription's time budget.
 from __future__ import annotations
 
 import json
+import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from lucid_hub.errors import ForbiddenError, InputError, QueryLimitExceeded, StoreError
+from lucid_hub.errors import ForbiddenError, InputError, QueryLimitExceeded, RateLimitedError, StoreError
 from lucid_hub.guard import Frame, GuardFailed, GuardProcess
 from lucid_hub.store.graphs import GraphStore, StoreChange
 
@@ -55,6 +57,37 @@ class Refusal(Exception):
         if self.kind == "internal":
             return StoreError(f"the continuous-query worker failed: {self.message}")
         return InputError(self.message)
+
+
+class Overruns:
+    """Parties whose new queries overran the budget lately. Each overrun kills a worker (and
+    costs a core for the budget), so a party whose query overran waits 2 s before its next new
+    query is tried, and twice as long after each further overrun (LUCID_QUERY_BUDGET x 60 at
+    most); a query that completes ends the wait. The others' queries never wait for it."""
+
+    def __init__(self, budget: float) -> None:
+        self.most = max(60.0, 60.0 * budget)
+        self._lock = threading.Lock()
+        self._parties: dict[str, tuple[int, float]] = {}  # account -> (overruns in a row, refused until)
+
+    def check(self, account: str) -> None:
+        """RateLimitedError while the party waits after an overrun."""
+        with self._lock:
+            count, until = self._parties.get(account, (0, 0.0))
+        left = until - time.monotonic()
+        if left > 0:
+            raise RateLimitedError(f"{account}'s last {'query' if count == 1 else f'{count} queries'} overran the "
+                                   f"time budget (LUCID_QUERY_BUDGET): its next new query is taken in "
+                                   f"{math.ceil(left)} s", math.ceil(left))
+
+    def overran(self, account: str) -> None:
+        with self._lock:
+            count = self._parties.get(account, (0, 0.0))[0] + 1
+            self._parties[account] = (count, time.monotonic() + min(self.most, 2.0 ** count))
+
+    def completed(self, account: str) -> None:
+        with self._lock:
+            self._parties.pop(account, None)
 
 
 class QueryEngine:

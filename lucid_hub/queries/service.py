@@ -47,7 +47,7 @@ from lucid_hub.errors import (
 from lucid_hub.policy.engine import Party
 from lucid_hub.policy.policy_graph import POLICY_GRAPH, PolicyService
 from lucid_hub.queries import results as rs
-from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal, Registration
+from lucid_hub.queries.engine import BudgetExceeded, Overruns, QueryEngine, Refusal, Registration
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.statements import terms
 from lucid_hub.store.graphs import GraphStore, StoreChange
@@ -133,6 +133,7 @@ class QueryService:
         self.evaluates = evaluates
         self.engine = QueryEngine(store, settings.query_memory_mb, settings.query_budget,
                                   settings.query_max_result_bytes, base=f"{settings.public_url}/sparql")
+        self.overruns = Overruns(settings.query_budget)
         self.index = Index()
         self._live: dict[str, _Live] = {}
         self._changes: queue.SimpleQueue[StoreChange] = queue.SimpleQueue()
@@ -198,6 +199,7 @@ class QueryService:
         if held >= self.settings.query_subscriptions_per_party:
             raise QueryLimitExceeded(f"{party.account} holds {held} query subscriptions, the most one party may "
                                      f"hold (LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY); unsubscribe some first")
+        self.overruns.check(party.account)
         sid = "qs-" + secrets.token_hex(12)
         stamp = now()
         row = QuerySubscription(
@@ -253,8 +255,10 @@ class QueryService:
                 raise refusal.as_error() from None
             except BudgetExceeded as exc:
                 self.engine.forget(row.id)
+                self.overruns.overran(row.account)
                 raise QueryLimitExceeded(f"the query's first evaluation {exc.args[0]} (LUCID_QUERY_BUDGET, "
                                          f"{self.settings.query_budget:g} s); it was stopped") from None
+            self.overruns.completed(row.account)
             message = rs.notification(row.id, row.alias, 0, rs.first(results))
             row.form, row.state, row.sequence = registration.form, "active", 0
             row.default_graphs, row.named_graphs = json.dumps(registration.default), json.dumps(registration.named)

@@ -51,7 +51,7 @@ from lucid_hub.errors import (
 from lucid_hub.policy.engine import Party
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish.publisher import Publisher
-from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal
+from lucid_hub.queries.engine import BudgetExceeded, Overruns, QueryEngine, Refusal
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -126,13 +126,19 @@ class WindowService:
 
     def __init__(self, settings: Settings, db: Database, publisher: Publisher, policies: PolicyService,
                  tokens: TokenService, engine: QueryEngine, canonicalizer: Canonicalizer, *, evaluates: bool,
-                 clock: Callable[[], float] = time.time) -> None:
+                 trial: QueryEngine | None = None, clock: Callable[[], float] = time.time) -> None:
+        """`engine` evaluates the windows that end; `trial` (else `engine`) a new query's check
+        on an empty window. Neither holds graphs (a window carries its data), so a worker
+        killed at a party's budget is back at once, and the continuous queries' worker,
+        which holds the followed graphs, is never the one killed."""
         self.settings = settings
         self.db = db
         self.publisher = publisher
         self.policies = policies
         self.tokens = tokens
         self.engine = engine
+        self.trial = trial or engine
+        self.overruns = Overruns(settings.query_budget)
         self.canonicalizer = canonicalizer
         self.evaluates = evaluates
         self.clock = clock
@@ -157,6 +163,8 @@ class WindowService:
     def stop(self) -> None:
         self._stop.set()
         self.webhooks.stop()
+        self.engine.close()
+        self.trial.close()
 
     # --- registration ------------------------------------------------------------------
     def register(self, caller: Principal, name: str, text: str, graphs: list[str], range_spec: Any,
@@ -184,7 +192,8 @@ class WindowService:
             if session.scalar(select(WindowedQuery.id).where(WindowedQuery.account == party.account,
                                                              WindowedQuery.name == name)) is not None:
                 raise _taken(name)
-        self._check_query(text, graphs)
+        self.overruns.check(party.account)
+        self._check_query(text, party.account)
         stamp = now()
         row = WindowedQuery(id="wq-" + secrets.token_hex(12), name=name, account=party.account,
                             endpoint_id=party.endpoint_id, groups=" ".join(sorted(party.groups)),
@@ -202,15 +211,17 @@ class WindowService:
             raise _taken(name) from None
         return self.describe(caller, name)
 
-    def _check_query(self, text: str, graphs: list[str]) -> None:
+    def _check_query(self, text: str, account: str) -> None:
         """Evaluate the query once on an empty window: a query that does not parse (or is
         not SELECT/ASK/CONSTRUCT) is refused now, not at its first window."""
         try:
-            self.engine.window(text, WINDOW_GRAPH, [], {})
+            self.trial.window(text, WINDOW_GRAPH, [], {})
         except Refusal as refusal:
             raise refusal.as_error() from None
         except BudgetExceeded as exc:
+            self.overruns.overran(account)
             raise QueryLimitExceeded(f"the query on an empty window {exc.args[0]} (LUCID_QUERY_BUDGET)") from None
+        self.overruns.completed(account)
 
     def _schedule(self, row: WindowedQuery, window: Window) -> None:
         """The end of the row's next window, from now."""
