@@ -840,6 +840,19 @@ def bench_tls(deliveries: int, in_flight: int) -> None:
     run(deliveries, in_flight)
 
 
+@bench.command("hostile")
+@click.option("--samples", default=100, show_default=True, help="Measurements of the well-behaved party per phase.")
+@click.option("--attacks", default="empty,repeat,huge,trickle,dribble", show_default=True,
+              help="Hostile publishers' archive pages to mirror beside a good one (comma-separated; empty: none).")
+def bench_hostile(samples: int, attacks: str) -> None:
+    """A well-behaved party's p99 beside a hostile partner, against its p99 alone."""
+    if samples < 10:
+        raise InputError("--samples must be 10 or more (a p99 of fewer is the maximum)")
+    from lucid_hub.tools.bench.hostile import run
+
+    run(samples, [a for a in attacks.split(",") if a])
+
+
 @bench.command("queries")
 @click.option("--subscriptions", default="10,100,1000", show_default=True, help="Comma-separated counts.")
 @click.option("--patches", default=200, show_default=True, help="Patches per phase (steady rate, then a burst).")

@@ -73,11 +73,11 @@ class Runtime:
     mirrors: MirrorService  # its thread runs in `serve` only
     hub: WebSubHub
     delivery: Deliverer  # delivering once start_delivery(run=True) ran (else a `worker` delivers)
-    queries: QueryService  # evaluating (in the leader) once queries.start() ran
-    windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start() ran
+    queries: QueryService  # evaluating (in the leader) once queries.start(roles) ran
+    windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start(roles) ran
     streams: StreamIndex  # the graphs' event streams (LDES), built from the archive when read
     inbox: Inbox  # the graphs' Linked Data Notifications inboxes
-    rules: RuleEngine  # event-condition-action rules; deferred ones run (in the leader) once rules.start() ran
+    rules: RuleEngine  # event-condition-action rules; deferred ones run (in the leader) once rules.start(roles) ran
     # The process that holds the leadership lease (lucid_hub.leadership): of all processes on
     # all replicas, it alone relays to Kafka, keeps the mirrors, evaluates queries and windows
     # and runs deferred rules. Candidates are the processes with their data directory's first
@@ -133,8 +133,8 @@ class Runtime:
         self.queries.start(self.roles)
         self.windows.start(self.roles)
         self.rules.start(self.roles)
+        self.publisher.start_relay(self.roles, interval=self.relay_interval)
         self.roles.start()
-        self.publisher.start_relay(interval=self.relay_interval)
 
     def lead(self) -> None:
         """This process took the leadership lease after waiting for it: take the roles over

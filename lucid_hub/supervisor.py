@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from lucid_hub.errors import LucidError
+
 log = logging.getLogger(__name__)
 
 Step = Callable[[], object]  # one round; answering True (nothing else): more is waiting, run it again at once
@@ -116,11 +118,14 @@ class Supervisor:
         while not self._stop.is_set():
             try:
                 more = role.step()
-            except Exception:  # the role goes on after a back-off: each failure is logged and counted
+            except Exception as exc:  # the role goes on after a back-off: each failure is logged and counted
                 role.failures_in_a_row += 1
                 role.restarts += 1
                 role.up = False
-                log.exception("role %s: a round failed (%d in a row)", role.name, role.failures_in_a_row)
+                if isinstance(exc, LucidError):  # what operations meet (a log or a partner away): a line
+                    log.warning("role %s: a round failed (%d in a row): %s", role.name, role.failures_in_a_row, exc)
+                else:  # a defect: its traceback
+                    log.exception("role %s: a round failed (%d in a row)", role.name, role.failures_in_a_row)
                 more = False
             else:
                 role.failures_in_a_row = 0

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
+from lucid_hub.tools.hostile import write_page
 from lucid_hub.tools.loopback import free_port
 
 HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-encoding")
@@ -35,7 +36,7 @@ class LoopbackProxy:
         self.held = threading.Event()
         self.released = threading.Event()
         self.next_link: str | None = None  # set: archive pages' "next" point there (a hostile publisher)
-        self.archive: str | None = None  # set: a hostile publisher's archive pages (see `_hostile_page`)
+        self.archive: str | None = None  # set: a hostile publisher's archive pages (lucid_hub.tools.hostile)
         self.pages_served = 0
         self._first: list[object] = []
         proxy = self
@@ -101,53 +102,16 @@ class LoopbackProxy:
         self.thread.start()
 
     def _hostile_page(self, handler: BaseHTTPRequestHandler, headers: dict[str, str]) -> None:
-        """An archive page as a hostile publisher serves it: "empty" pages that link to one more
-        forever; "repeat": each page holds the archive's first patch (verifies, known already) and
-        links to one more; "huge": a page of 100 MB, chunked, of no declared length; a page that
-        arrives a byte every 0.2 s, chunked ("trickle") or of a declared length ("dribble")."""
-        more = f"{self.url}/patches?graph=x&p={self.pages_served + 1}"
-        if self.archive in ("empty", "repeat"):
-            patches = []
-            if self.archive == "repeat":  # (the first request names the real graph; the links that follow do not)
-                if not self._first:
-                    self._first = requests.get(f"{self.targets[0]}{handler.path}", headers=headers,
-                                               timeout=30).json()["patches"][:1]
-                patches = self._first
-            body = json.dumps({"patches": patches, "next": more}).encode()
-            handler.send_response(200)
-            handler.send_header("Content-Type", "application/json")
-            handler.send_header("Content-Length", str(len(body)))
-            handler.end_headers()
-            handler.wfile.write(body)
-            return
-        if self.archive == "dribble":  # a declared length, each byte alone
-            handler.send_response(200)
-            handler.send_header("Content-Type", "application/json")
-            handler.send_header("Content-Length", "3000")
-            handler.end_headers()
-            with contextlib.suppress(OSError):
-                for _ in range(3000):
-                    handler.wfile.write(b" ")
-                    handler.wfile.flush()
-                    if self.closed.wait(0.2):
-                        break
-            return
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
-        with contextlib.suppress(OSError):  # the reader hangs up: what a bounded one does
-            if self.archive == "huge":
-                chunk = b" " * (1 << 20)
-                for _ in range(100):
-                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            else:
-                for _ in range(3000):
-                    handler.wfile.write(b"1\r\n \r\n")
-                    handler.wfile.flush()
-                    if self.closed.wait(0.2):
-                        break
-            handler.wfile.write(b"0\r\n\r\n")
+        """An archive page as a hostile publisher serves it (lucid_hub.tools.hostile)."""
+
+        def first() -> list[object]:  # (the first request names the real graph; the links that follow do not)
+            if not self._first:
+                self._first = requests.get(f"{self.targets[0]}{handler.path}", headers=headers,
+                                           timeout=30).json()["patches"]
+            return self._first
+
+        assert self.archive is not None
+        write_page(handler, self.archive, f"{self.url}/patches?graph=x&p={self.pages_served + 1}", first, self.closed)
 
     def close(self) -> None:
         self.closed.set()

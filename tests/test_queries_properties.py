@@ -66,7 +66,8 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     data: Path = tmp_path_factory.mktemp("queries") / "data"
     rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(data)}))
-    rt.queries.start()
+    rt.queries.start(rt.roles)
+    rt.roles.start()
     try:
         yield rt
     finally:

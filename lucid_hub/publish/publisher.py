@@ -47,6 +47,7 @@ from lucid_hub.rdf.rdfpatch import read_rdf_patch, write_rdf_patch
 from lucid_hub.signing import SigningKey, TrustedKeys, jwks_of, sign_patch
 from lucid_hub.store import GraphStore
 from lucid_hub.store.graphs import Chain, Plan
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class Publisher:
         self._locks_guard = threading.Lock()
         self._relay_lock = threading.Lock()
         self._relay_wanted = threading.Event()
-        self._relay_thread: threading.Thread | None = None
+        self._relaying = False  # the role `relay` relays (else whoever publishes does)
         self._stopping = threading.Event()
         self.announce = announce
         self.read_only = read_only
@@ -777,7 +778,7 @@ class Publisher:
         return bool(pending)
 
     def _outbox_changed(self) -> None:
-        if self._relay_thread is not None:
+        if self._relaying:
             self._relay_wanted.set()  # the background relay takes it; the caller need not wait
         elif self.relay_enabled:
             self._relay_now("published")
@@ -793,34 +794,24 @@ class Publisher:
             log.warning("%s, but not in the patch log yet (%s): the outbox keeps the patches for the next relay",
                         what, exc)
 
-    def start_relay(self, interval: float = 2.0) -> None:
-        """Relay in a background thread: woken by each publish, and every `interval` seconds
-        to retry when the log was unavailable. Publishing then never waits for the log."""
-        if self._relay_thread is not None or self.log.written_by_archive or not self.relay_enabled:
+    def start_relay(self, roles: Supervisor, interval: float = 2.0) -> None:
+        """Relay as the role `relay`: woken by each publish, and every `interval` seconds to
+        retry when the log was unavailable. Publishing then never waits for the log."""
+        if self._relaying or self.log.written_by_archive or not self.relay_enabled:
             return
+        self._relaying = True
+        roles.add("relay", self._relay_round, every=interval, backoff_max=interval, wake=self._relay_wanted)
 
-        def loop() -> None:
-            while not self._stopping.is_set():
-                if self._relay_wanted.wait(interval) and not self._stopping.is_set():
-                    # Let a burst of publishes gather into one batch: fewer round trips,
-                    # and the relay does not compete with every single request.
-                    self._stopping.wait(RELAY_COALESCE)
-                self._relay_wanted.clear()
-                try:
-                    self.relay()
-                except Exception as exc:  # logged; the rows stay in the outbox for the next round
-                    log.warning("relay to the patch log failed: %s", exc)
-
-        self._relay_thread = threading.Thread(target=loop, name="lucid-relay", daemon=True)
-        self._relay_thread.start()
+    def _relay_round(self) -> None:
+        """One round of the role; a log that fails it leaves the rows in the outbox for the next."""
+        if self._stopping.wait(RELAY_COALESCE):  # a burst of publishes gathers into one batch: fewer
+            return  # round trips, and the relay does not compete with every single request
+        self.relay()
 
     def stop_relay(self) -> None:
-        """Stop the background relay after one last round."""
-        if self._relay_thread is not None:
-            self._stopping.set()
-            self._relay_wanted.set()
-            self._relay_thread.join(timeout=30)
-            self._relay_thread = None
+        """After the role stopped: one last round in the caller's thread."""
+        self._stopping.set()
+        self._relay_wanted.set()
         if self.relay_enabled:
             self._relay_now("stopping")
 

@@ -143,7 +143,7 @@ class Receiver:
 
 
 @contextmanager
-def _hub(data: Path) -> Iterator[tuple[str, Any, str]]:
+def _hub(data: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, Any, str]]:
     """The hub app on a loopback port (in this process), its runtime and an admin token."""
     from werkzeug.serving import make_server
 
@@ -154,16 +154,16 @@ def _hub(data: Path) -> Iterator[tuple[str, Any, str]]:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     port = free_port()
     settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}",
-                                  "LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY": "100000"})
+                                  "LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY": "100000", **(env or {})})
     runtime = Runtime.open(settings)
     server = make_server("127.0.0.1", port, create_app(settings, runtime), threaded=True)
     runtime.start()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    record, _secret = runtime.clients.create("bench admin", groups=["lucid-hub-admins"],
-                                             scopes=["graphs:read", "graphs:write"])
+    scopes = ["graphs:read", "graphs:write", "hub:subscribe", "admin"]
+    record, _secret = runtime.clients.create("bench admin", groups=["lucid-hub-admins"], scopes=scopes)
     try:
-        yield f"http://127.0.0.1:{port}", runtime, str(runtime.tokens.issue(record, "graphs:read graphs:write"))
+        yield f"http://127.0.0.1:{port}", runtime, str(runtime.tokens.issue(record, " ".join(scopes)))
     finally:
         server.shutdown()
         thread.join(timeout=10)

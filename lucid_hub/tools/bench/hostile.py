@@ -1,0 +1,285 @@
+"""`lucid-hub bench hostile`: what a hostile partner costs a well-behaved one, as ratios of
+two figures measured in one run (the goal: the well-behaved party's p99 under the attack is
+at most 2x its p99 without it).
+
+- Mirrors: two in-process hubs on loopback; the partner mirrors a graph of the publisher and
+  its p99 from publish to applied (seen on the partner's own patch stream) is measured alone,
+  then while the partner also mirrors a graph through a hostile publisher
+  (lucid_hub.tools.hostile: endless, repeating, 100 MB, trickling, dribbling archive pages).
+- Heavy windows: one hub; a party's continuous query's p99 from update to notification (its
+  SSE stream), alone, then while another party sends three `PUT /windows/…` at a time whose
+  query overruns the budget (LUCID_QUERY_BUDGET=1 here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import click
+import requests
+
+from lucid_hub.tools.bench.queries import _hub
+from lucid_hub.tools.hostile import ATTACKS, write_page
+from lucid_hub.tools.loopback import free_port
+
+G = "https://acme.example/graphs/kpi"
+ROUND = {"LUCID_DEV_MODE": "1", "LUCID_LEASE_MIN": "120", "LUCID_MIRROR_ROUND_SECONDS": "3",
+         "LUCID_MIRROR_ROUND_PAGES": "20", "LUCID_PAGE_SIZE": "3"}
+TTL = {"Content-Type": "text/turtle"}
+
+
+class HostilePublisher:
+    """A loopback server in front of a real publisher that answers archive pages as `attack`
+    and passes everything else on (tokens, keys, the hub, graphs)."""
+
+    def __init__(self, target: str, attack: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.pages = 0
+        self.closed = threading.Event()
+        first: list[object] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self, method: str) -> None:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                if method == "GET" and self.path.startswith("/patches?"):
+                    proxy.pages += 1
+
+                    def first_patches() -> list[object]:
+                        if not first:
+                            first.extend(requests.get(f"{target}{self.path}", headers=headers,
+                                                      timeout=30).json()["patches"])
+                        return first
+
+                    write_page(self, attack, f"{proxy.url}/patches?graph=x&p={proxy.pages + 1}", first_patches,
+                               proxy.closed)
+                    return
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+                answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+            def do_HEAD(self) -> None:
+                self._forward("HEAD")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _until(what: Callable[[], bool], timeout: float = 60) -> None:
+    """Until `what` holds (a condition on a hub, looked at every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            raise click.ClickException("the benchmark's hubs did not reach the expected state in time")
+        time.sleep(0.05)
+
+
+def _p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[98]
+
+
+class _Events:
+    """An SSE stream's event ids and when each arrived."""
+
+    def __init__(self, http: requests.Session, url: str, params: dict[str, str]) -> None:
+        self.seen: dict[str, float] = {}
+        self.changed = threading.Condition()
+        self.response = http.get(url, params=params, stream=True, timeout=(10, 600))
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(requests.RequestException, AttributeError):
+            for line in self.response.iter_lines():
+                if line.startswith(b"data: "):
+                    data = json.loads(line[6:])
+                    key = str(data.get("id") or data.get("notification", {}).get("sequence"))
+                    with self.changed:
+                        self.seen[key] = time.perf_counter()
+                        self.changed.notify_all()
+
+    def at(self, key: str) -> float:
+        with self.changed:
+            if not self.changed.wait_for(lambda: key in self.seen, 60):
+                raise click.ClickException(f"the event {key} never came")
+            return self.seen[key]
+
+    def close(self) -> None:
+        self.response.close()
+
+
+def _session(token: str) -> requests.Session:
+    http = requests.Session()
+    http.headers["Authorization"] = f"Bearer {token}"
+    return http
+
+
+def mirrors(samples: int, attacks: list[str]) -> list[tuple[str, float, float]]:
+    """(attack, unloaded p99, attacked p99) of the well-behaved mirror, in seconds."""
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="lucid-bench-hostile-") as tmp, \
+            _hub(Path(tmp) / "acme", ROUND) as (acme_url, acme, acme_token), \
+            _hub(Path(tmp) / "globex", ROUND) as (globex_url, _globex, globex_token):
+        acme_http, globex_http = _session(acme_token), _session(globex_token)
+        client, secret = acme.clients.create("Globex hub", groups=["partner-globex"],
+                                             scopes=["hub:subscribe", "graphs:read"],
+                                             callback_prefixes=[f"{globex_url}/callback/"])
+        graphs = [G, *(f"{G}-{attack}" for attack in attacks)]
+        acme_http.post(f"{acme_url}/admin/conditions", timeout=30, json={
+            "iri": "urn:c:globex", "requiresGroup": ["partner-globex"], "readGraph": graphs}).raise_for_status()
+        counter = iter(range(1 << 30))
+
+        def publish(graph: str) -> str:
+            body = f'<https://acme.example/kpi/otif> <https://acme.example/kpi/value> "{next(counter)}" .'
+            answer = acme_http.put(f"{acme_url}/graphs", params={"graph": graph}, data=body, headers=TTL, timeout=30)
+            answer.raise_for_status()
+            return str(answer.json()["patch"])
+
+        def mirror(hub_url: str, graph: str) -> str:
+            answer = globex_http.post(f"{globex_url}/admin/mirrors", timeout=30, json={
+                "hub": f"{hub_url}/hub", "graph": graph, "client_id": client.client_id, "client_secret": secret})
+            answer.raise_for_status()
+            return str(answer.json()["id"])
+
+        def head(graph: str) -> object:
+            listed = globex_http.get(f"{globex_url}/admin/mirrors", timeout=30).json()["mirrors"]
+            return next((m["head"] for m in listed if m["graph"] == graph), None)
+
+        for graph in graphs:
+            for _ in range(4):
+                publish(graph)
+        mirror(acme_url, G)
+        _until(lambda: head(G) == acme.archive.head(G))
+        events = _Events(globex_http, f"{globex_url}/patches/events", {"graph": G})
+
+        def following() -> float:
+            took = []
+            for _ in range(samples):
+                began = time.perf_counter()
+                took.append(events.at(publish(G)) - began)
+            return _p99(took)
+
+        try:
+            for attack in attacks:
+                unloaded = following()
+                hostile = HostilePublisher(acme_url, attack)
+                try:
+                    mirror_id = mirror(hostile.url, f"{G}-{attack}")
+                    _until(lambda h=hostile: h.pages > 0)  # type: ignore[misc]
+                    attacked = following()
+                    globex_http.delete(f"{globex_url}/admin/mirrors", params={"id": mirror_id}, timeout=30)
+                finally:
+                    hostile.close()
+                figures.append((f"mirror beside a publisher whose pages are {attack}", unloaded, attacked))
+                click.echo(f"{figures[-1][0]}: p99 {unloaded * 1000:.1f} ms alone, {attacked * 1000:.1f} ms beside "
+                           f"it: {attacked / unloaded:.2f}x (goal <= 2); hostile pages read {hostile.pages}")
+        finally:
+            events.close()
+    return figures
+
+
+def heavy_windows(samples: int) -> tuple[str, float, float]:
+    """(name, unloaded p99, attacked p99) of a party's notifications beside heavy windows."""
+    orders = "http://ex.org/g/orders"
+    ex = "http://ex.org/"
+    with tempfile.TemporaryDirectory(prefix="lucid-bench-hostile-") as tmp, \
+            _hub(Path(tmp) / "hub", {"LUCID_QUERY_BUDGET": "1"}) as (url, runtime, token):
+        admin = _session(token)
+        admin.put(f"{url}/graphs", params={"graph": orders}, headers={"Content-Type": "application/n-triples"},
+                  data=f'<{ex}o1> <{ex}status> "open" .\n<{ex}o1> <{ex}buyer> <{ex}p1> .\n', timeout=30)
+        admin.post(f"{url}/admin/conditions", timeout=30, json={
+            "iri": "urn:c:buyers", "requiresGroup": ["buyers"], "readGraph": [orders]}).raise_for_status()
+        parties = []
+        for name in ("good", "hostile"):
+            record, _secret = runtime.clients.create(name, groups=["buyers"], scopes=["graphs:read"])
+            parties.append(_session(str(runtime.tokens.issue(record, "graphs:read"))))
+        good, hostile = parties
+        query = f"SELECT ?s WHERE {{ <{ex}o1> <{ex}status> ?s }}"
+        spuid = good.post(f"{url}/subscriptions", json={"sparql": query}, timeout=30).json()["notification"]["spuid"]
+        events = _Events(good, f"{url}/subscriptions/{spuid}/events", {})
+        events.at("0")
+        value, sequence = ["open"], [0]
+
+        def notified() -> float:
+            took = []
+            for _ in range(samples):
+                new = "packed" if value[0] != "packed" else "open"
+                began = time.perf_counter()
+                admin.post(f"{url}/sparql", headers={"Content-Type": "application/sparql-update"}, timeout=30,
+                           data=f'DELETE DATA {{ GRAPH <{orders}> {{ <{ex}o1> <{ex}status> "{value[0]}" }} }} ; '
+                                f'INSERT DATA {{ GRAPH <{orders}> {{ <{ex}o1> <{ex}status> "{new}" }} }}')
+                value[0] = new
+                sequence[0] += 1
+                took.append(events.at(str(sequence[0])) - began)
+            return _p99(took)
+
+        values = " ".join(str(i) for i in range(300))
+        heavy = "SELECT (COUNT(*) AS ?n) WHERE { " + " ".join(f"VALUES ?v{k} {{ {values} }}" for k in range(4)) + " }"
+        stop, answers = threading.Event(), []
+
+        def attack(n: int) -> None:
+            while not stop.is_set():
+                answers.append(hostile.put(f"{url}/windows/heavy{n}", timeout=60, json={
+                    "sparql": heavy, "graphs": [orders], "range": 1, "step": 1}).status_code)
+
+        try:
+            unloaded = notified()
+            threads = [threading.Thread(target=attack, args=(n,), daemon=True) for n in range(3)]
+            for thread in threads:
+                thread.start()
+            try:
+                attacked = notified()
+            finally:
+                stop.set()
+                for thread in threads:
+                    thread.join(60)
+        finally:
+            events.close()
+        name = "notifications beside a party's heavy windows (3 at a time)"
+        click.echo(f"{name}: p99 {unloaded * 1000:.1f} ms alone, {attacked * 1000:.1f} ms beside them: "
+                   f"{attacked / unloaded:.2f}x (goal <= 2); the hostile party's {len(answers)} requests: "
+                   f"{answers.count(422)} overran (422), {answers.count(429)} refused at once (429)")
+        return name, unloaded, attacked
+
+
+def run(samples: int, attacks: list[str]) -> list[tuple[str, float, float]]:
+    unknown = set(attacks) - set(ATTACKS)
+    if unknown:
+        raise click.BadParameter(f"unknown attacks: {', '.join(sorted(unknown))} (known: {', '.join(ATTACKS)})")
+    figures = mirrors(samples, attacks) if attacks else []
+    figures.append(heavy_windows(samples))
+    worst = max(figures, key=lambda f: f[2] / f[1])
+    click.echo(f"worst: {worst[0]}, {worst[2] / worst[1]:.2f}x")
+    return figures
+
