@@ -365,6 +365,12 @@ class MirrorService:
         """One mirror's maintenance: subscribe when new, renew a lease that is half over,
         unsubscribe when removed; catch up once after start (patches missed while down), in
         rounds of a budget each; send the receipt. Whether it went well (else: back off)."""
+        try:
+            return self._round_of(mirror_id, state, renew_at, jwks)
+        except NotFoundError:  # removed meanwhile (the rows a schedule read can be a round old): nothing to do
+            return True
+
+    def _round_of(self, mirror_id: str, state: str, renew_at: Any, jwks: str) -> bool:
         if self._pins.setdefault(mirror_id, jwks) != jwks:  # keys pinned again (`mirror trust`):
             self._pins[mirror_id] = jwks  # what was quarantined for an unknown key may verify now
             self._caught_up.discard(mirror_id)
@@ -380,6 +386,8 @@ class MirrorService:
                     self._caught_up.add(mirror_id)
                 else:
                     self._wake.set()  # the budget ran out, not the publisher: on at the next round
+            except NotFoundError:
+                raise
             except LucidError as exc:
                 self._note(mirror_id, f"catching up failed: {exc}")
                 return False

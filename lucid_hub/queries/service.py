@@ -192,6 +192,7 @@ class QueryService:
         if len(alias) > 255:
             raise InputError("the alias is longer than 255 characters")
         party = caller.party
+        self.overruns.check(party.account)  # before the database: a refused party's flood costs the least
         with self.db.session() as session:
             held = len(session.scalars(select(QuerySubscription.id).where(
                 QuerySubscription.account == party.account,
@@ -199,7 +200,6 @@ class QueryService:
         if held >= self.settings.query_subscriptions_per_party:
             raise QueryLimitExceeded(f"{party.account} holds {held} query subscriptions, the most one party may "
                                      f"hold (LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY); unsubscribe some first")
-        self.overruns.check(party.account)
         sid = "qs-" + secrets.token_hex(12)
         stamp = now()
         row = QuerySubscription(

@@ -170,6 +170,7 @@ class WindowService:
     def register(self, caller: Principal, name: str, text: str, graphs: list[str], range_spec: Any,
                  step_spec: Any, *, with_state: bool = False, callback: str | None = None,
                  secret: str | None = None) -> dict[str, Any]:
+        self.overruns.check(caller.party.account)  # first: a refused party's flood costs the least
         if not _NAME.fullmatch(name):
             raise InputError("a windowed query's name is 1-64 letters, digits, '.', '_' or '-', starting with a "
                              "letter or digit")
@@ -192,7 +193,6 @@ class WindowService:
             if session.scalar(select(WindowedQuery.id).where(WindowedQuery.account == party.account,
                                                              WindowedQuery.name == name)) is not None:
                 raise _taken(name)
-        self.overruns.check(party.account)
         self._check_query(text, party.account)
         stamp = now()
         row = WindowedQuery(id="wq-" + secrets.token_hex(12), name=name, account=party.account,
