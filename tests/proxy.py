@@ -16,7 +16,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
-from lucid_hub.tools.hostile import write_page
 from lucid_hub.tools.loopback import free_port
 
 HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-encoding")
@@ -26,8 +25,6 @@ class LoopbackProxy:
     def __init__(self, target: str | list[str]) -> None:
         targets = [target] if isinstance(target, str) else target
         turns = itertools.cycle(range(len(targets)))
-        self.targets = targets
-        self.closed = threading.Event()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.alter_next = threading.Event()  # set: the next POST with a literal gets one changed
@@ -36,9 +33,6 @@ class LoopbackProxy:
         self.held = threading.Event()
         self.released = threading.Event()
         self.next_link: str | None = None  # set: archive pages' "next" point there (a hostile publisher)
-        self.archive: str | None = None  # set: a hostile publisher's archive pages (lucid_hub.tools.hostile)
-        self.pages_served = 0
-        self._first: list[object] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,10 +47,6 @@ class LoopbackProxy:
                     proxy.alter_next.clear()
                     proxy.altered += 1
                     body = body.replace(b'"', b'"X', 1)  # one literal changed in flight
-                if method == "GET" and self.path.startswith("/patches?") and proxy.archive:
-                    proxy.pages_served += 1
-                    proxy._hostile_page(self, headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
-                    return
                 if method == "GET" and self.path.startswith("/patches") and proxy.hold.is_set():
                     proxy.held.set()
                     proxy.released.wait(60)
@@ -101,20 +91,7 @@ class LoopbackProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def _hostile_page(self, handler: BaseHTTPRequestHandler, headers: dict[str, str]) -> None:
-        """An archive page as a hostile publisher serves it (lucid_hub.tools.hostile)."""
-
-        def first() -> list[object]:  # (the first request names the real graph; the links that follow do not)
-            if not self._first:
-                self._first = requests.get(f"{self.targets[0]}{handler.path}", headers=headers,
-                                           timeout=30).json()["patches"]
-            return self._first
-
-        assert self.archive is not None
-        write_page(handler, self.archive, f"{self.url}/patches?graph=x&p={self.pages_served + 1}", first, self.closed)
-
     def close(self) -> None:
-        self.closed.set()
         self.released.set()
         self.server.shutdown()
         self.server.server_close()

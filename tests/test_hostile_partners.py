@@ -1,7 +1,7 @@
 """The hostile-partner suite: a partner that misbehaves slows only itself. Each test measures a
 well-behaved party in the same test, unloaded and under the attack, and asserts its p99 stays
 within 2x (a ratio of two figures of one run, never an absolute time) and that it loses
-nothing. Real hubs on loopback; the hostile side is a real HTTP server (tests/proxy.py) in
+nothing. Real hubs on loopback; the hostile side is a real HTTP server (lucid_hub/tools/hostile.py) in
 front of a real publisher, changing only what the attack needs."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from lucid_hub.tools.hostile import HostilePublisher
 from tests.conftest import RunningHub, running_hub
-from tests.proxy import LoopbackProxy
 from tests.test_mirror import DEV, TTL, partner_client, wait
 
 G = "https://acme.example/graphs/kpi"  # the well-behaved publisher's graph, mirrored directly
@@ -114,13 +114,12 @@ def test_a_hostile_publisher_stalls_only_its_own_mirror(hubs: tuple[RunningHub, 
     add(partner, publisher.url, G, client)
     wait(lambda: mirror_of(partner, G)["head"] == publisher.runtime.archive.head(G))
     arrivals = Arrivals(partner, G)
-    proxy = LoopbackProxy(publisher.url)
+    proxy = HostilePublisher(publisher.url, attack)  # (serves nothing until a mirror reads through it)
     try:
         unloaded = p99_of_following(publisher, arrivals, 100)
 
-        proxy.archive = attack
         add(partner, proxy.url, H, client)
-        wait(lambda: proxy.pages_served > 0, show=lambda: mirror_of(partner, H))
+        wait(lambda: proxy.pages > 0, show=lambda: mirror_of(partner, H))
         add(partner, publisher.url, G2, client)  # subscribes and clones beside the attack
         wait(lambda: mirror_of(partner, G2)["state"] == "active"
              and mirror_of(partner, G2)["head"] == publisher.runtime.archive.head(G2), timeout=20,
@@ -133,7 +132,7 @@ def test_a_hostile_publisher_stalls_only_its_own_mirror(hubs: tuple[RunningHub, 
         assert ready.status_code == 200 and f"mirror of <{H}> is not following" in ready.text, ready.text
         assert mirror_of(partner, G)["head"] == publisher.runtime.archive.head(G)  # nothing lost
         assert mirror_of(partner, H)["length"] <= 1  # ("repeat" serves the real first patch: that one verifies)
-        served = proxy.pages_served
+        served = proxy.pages
         print(f"{attack}: following p99 unloaded {unloaded * 1000:.1f} ms, attacked {attacked * 1000:.1f} ms, "
               f"ratio {attacked / unloaded:.2f}; hostile pages served {served}")
         assert attacked <= 2 * unloaded, (attack, unloaded, attacked)
@@ -150,11 +149,10 @@ def test_a_failing_mirror_is_tried_again_later_and_later(hubs: tuple[RunningHub,
     body = {"iri": "urn:c:globex-reads-h", "requiresGroup": ["partner-globex"], "readGraph": [H]}
     assert publisher.http.post(f"{publisher.url}/admin/conditions", json=body, timeout=30).status_code == 201
     publish(publisher, H, 1)
-    proxy = LoopbackProxy(publisher.url)
+    proxy = HostilePublisher(publisher.url, "empty")
     try:
-        proxy.archive = "empty"
         add(partner, proxy.url, H, client)
-        wait(lambda: proxy.pages_served >= 1)
+        wait(lambda: proxy.pages >= 1)
         mirrors = partner.runtime.mirrors
         mirror_id = str(mirror_of(partner, H)["id"])
         wait(lambda: mirrors._failures.get(mirror_id, 0) >= 1)
@@ -162,7 +160,7 @@ def test_a_failing_mirror_is_tried_again_later_and_later(hubs: tuple[RunningHub,
         wait(lambda: mirrors._failures.get(mirror_id, 0) >= 2, timeout=10)
         second_wait = mirrors._not_before[mirror_id] - time.monotonic()
         assert 0.5 <= first_wait <= 2.0 and 1.0 <= second_wait <= 4.0, (first_wait, second_wait)
-        assert proxy.pages_served <= 3  # one page a try: the refusal is at the first empty page
+        assert proxy.pages <= 3  # one page a try: the refusal is at the first empty page
     finally:
         proxy.close()
 
@@ -172,7 +170,7 @@ def test_a_restarted_hub_is_ready_though_a_partner_stalls_its_mirror(tmp_path: P
     partner whose archive trickles must not keep the hub out of its load balancer."""
     partner_env = {**DEV, **ROUND}
     with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher:
-        proxy = LoopbackProxy(publisher.url)
+        proxy = HostilePublisher(publisher.url, "trickle")
         try:
             with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", partner_env) as partner:
                 client = partner_client(publisher, partner)
@@ -180,13 +178,12 @@ def test_a_restarted_hub_is_ready_though_a_partner_stalls_its_mirror(tmp_path: P
                 assert publisher.http.post(f"{publisher.url}/admin/conditions", json=body,
                                            timeout=30).status_code == 201
                 publish(publisher, H, 1)
-                proxy.archive = "trickle"
                 add(partner, proxy.url, H, client)
-                wait(lambda: proxy.pages_served > 0)
-            served = proxy.pages_served
+                wait(lambda: proxy.pages > 0)
+            served = proxy.pages
             with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", partner_env) as again:
                 started = time.monotonic()
-                wait(lambda: proxy.pages_served > served)  # its first round is on the trickling page
+                wait(lambda: proxy.pages > served)  # its first round is on the trickling page
                 wait(lambda: again.http.get(f"{again.url}/readyz", timeout=10).status_code == 200, timeout=15)
                 ready_after = time.monotonic() - started
                 assert ready_after < 2 * float(ROUND["LUCID_MIRROR_ROUND_SECONDS"]), ready_after

@@ -1,5 +1,6 @@
 """A hostile publisher's archive pages, for the hostile-partner tests and `bench hostile`: a
-real HTTP handler writes them, so the mirror meets them on a real connection.
+real HTTP server in front of a real publisher (`HostilePublisher`) writes them, so the mirror
+meets them on a real connection.
 
 - "empty": pages without patches, each linking to one more, forever;
 - "repeat": each page holds the archive's first patch (it verifies, and is known after the
@@ -15,7 +16,11 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
+
+from lucid_hub.tools.loopback import free_port
 
 ATTACKS = ("empty", "repeat", "huge", "trickle", "dribble")
 
@@ -53,3 +58,64 @@ def write_page(handler: BaseHTTPRequestHandler, attack: str, next_url: str,
                     break
         if attack != "dribble":
             handler.wfile.write(b"0\r\n\r\n")
+
+
+class HostilePublisher:
+    """A loopback server in front of a real publisher that answers archive pages as `attack`
+    and passes everything else on (tokens, keys, the hub, graphs)."""
+
+    def __init__(self, target: str, attack: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.pages = 0
+        self.closed = threading.Event()
+        first: list[object] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self, method: str) -> None:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                if method == "GET" and self.path.startswith("/patches?"):
+                    proxy.pages += 1
+
+                    def first_patches() -> list[object]:
+                        if not first:
+                            first.extend(requests.get(f"{target}{self.path}", headers=headers,
+                                                      timeout=30).json()["patches"])
+                        return first
+
+                    write_page(self, attack, f"{proxy.url}/patches?graph=x&p={proxy.pages + 1}", first_patches,
+                               proxy.closed)
+                    return
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+                answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+            def do_HEAD(self) -> None:
+                self._forward("HEAD")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.server.shutdown()
+        self.server.server_close()

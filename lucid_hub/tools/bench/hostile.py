@@ -20,81 +20,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import click
 import requests
 
 from lucid_hub.tools.bench.queries import _hub
-from lucid_hub.tools.hostile import ATTACKS, write_page
-from lucid_hub.tools.loopback import free_port
+from lucid_hub.tools.hostile import ATTACKS, HostilePublisher
 
 G = "https://acme.example/graphs/kpi"
 ROUND = {"LUCID_DEV_MODE": "1", "LUCID_LEASE_MIN": "120", "LUCID_MIRROR_ROUND_SECONDS": "3",
          "LUCID_MIRROR_ROUND_PAGES": "20", "LUCID_PAGE_SIZE": "3"}
 TTL = {"Content-Type": "text/turtle"}
-
-
-class HostilePublisher:
-    """A loopback server in front of a real publisher that answers archive pages as `attack`
-    and passes everything else on (tokens, keys, the hub, graphs)."""
-
-    def __init__(self, target: str, attack: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.pages = 0
-        self.closed = threading.Event()
-        first: list[object] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _forward(self, method: str) -> None:
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                if method == "GET" and self.path.startswith("/patches?"):
-                    proxy.pages += 1
-
-                    def first_patches() -> list[object]:
-                        if not first:
-                            first.extend(requests.get(f"{target}{self.path}", headers=headers,
-                                                      timeout=30).json()["patches"])
-                        return first
-
-                    write_page(self, attack, f"{proxy.url}/patches?graph=x&p={proxy.pages + 1}", first_patches,
-                               proxy.closed)
-                    return
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
-                answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
-                self.send_response(answer.status_code)
-                for key, value in answer.headers.items():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
-
-            def do_GET(self) -> None:
-                self._forward("GET")
-
-            def do_POST(self) -> None:
-                self._forward("POST")
-
-            def do_HEAD(self) -> None:
-                self._forward("HEAD")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.closed.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _until(what: Callable[[], bool], timeout: float = 60) -> None:
