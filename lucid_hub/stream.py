@@ -99,6 +99,11 @@ class PatchStream:
                 quiet_since = time.monotonic()
             self.wait(generation, self.poll)
 
+    def read_now(self, graph: str, after: int, *, bodies: bool = False) -> list[ChainLink]:
+        """The patches of `graph` after `after` archived by now (up to READ_BATCH), read once
+        for every follower at that position (a push channel's poll)."""
+        return self._read_shared(graph, after, self.generation(), bodies)
+
     def _read_shared(self, graph: str, after: int, generation: int, bodies: bool) -> list[ChainLink]:
         """`read`, shared: a hundred push clients woken by one announcement make one archive
         read, not a hundred. A read that began at or after the caller's `generation` holds

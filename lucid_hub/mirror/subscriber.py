@@ -23,7 +23,6 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, Protocol
@@ -747,16 +746,7 @@ class MirrorService:
             return self._locks.setdefault(mirror_id, threading.Lock())
 
     # --- local fan-out: Server-Sent Events -------------------------------------------
-    def events(self, graph: str, keepalive: float = 15.0) -> Iterator[str]:
-        """An SSE stream of the patches applied to a mirrored graph, from now on (the patch
-        stream: in chain order, whichever process of the hub applied them; a slow reader
-        goes on from where it is)."""
-        after = self.stream.position(graph)
-        yield ": lucid-hub mirror events\n\n"
-        for link in self.stream.follow(graph, after, stopped=self._stop.is_set, idle=keepalive):
-            if link is None:
-                yield ": keep-alive\n\n"
-                continue
-            data = json.dumps({"graph": graph, "id": link.id, "prev": link.prev, "removed": link.removed,
-                               "added": link.added})
-            yield f"event: patch\nid: {link.id}\ndata: {data}\n\n"
+    @property
+    def stopped(self) -> bool:
+        """Whether the service is stopping (its event streams end)."""
+        return self._stop.is_set()

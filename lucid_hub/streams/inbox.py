@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -174,27 +174,18 @@ class Inbox:
         newest = self.listing(graph, None, size=1)
         return newest[0].seq if newest else 0
 
-    def follow(self, graph: str, sender: str | None, after: int, *, idle: float = 15.0,
-               stopped: Callable[[], bool] = lambda: False) -> Iterator[Received | None]:
-        """The graph's notifications after `after` as they arrive (None: `idle` seconds
-        passed without one, time for a keep-alive). Another process's notifications are
-        found within `poll` seconds."""
-        quiet = 0.0
-        while not stopped():
-            with self._cond:
-                generation = self._generation
-            batch = self.listing(graph, sender, size=LIST_MAX, after=after)
-            for item in batch:
-                after = item.seq
-                yield item
-            if batch:
-                quiet = 0.0
-                continue
-            started = time.monotonic()
-            with self._cond:
-                if self._generation == generation:
-                    self._cond.wait(min(self.poll, max(0.0, idle - quiet)))
-            quiet += time.monotonic() - started
-            if quiet >= idle:
-                quiet = 0.0
-                yield None
+    def after(self, graph: str, sender: str | None, after: int) -> list[Received]:
+        """The graph's notifications after position `after` (up to LIST_MAX; a push channel's poll)."""
+        return self.listing(graph, sender, size=LIST_MAX, after=after)
+
+    def generation(self) -> int:
+        """A counter of notifications received by this process (for `wait`)."""
+        return self._generation
+
+    def wait(self, generation: int, timeout: float) -> int:
+        """Until a notification after `generation` arrives (another process's are found
+        within `poll` seconds: the wait is that long at most); the generation now."""
+        with self._cond:
+            if self._generation == generation:
+                self._cond.wait(min(self.poll, timeout))
+            return self._generation

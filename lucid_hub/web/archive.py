@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pyoxigraph as ox
-from flask import Blueprint, Response, jsonify, request, stream_with_context
+from flask import Blueprint, Response, jsonify, request
 
+from lucid_hub.archive import ChainLink
 from lucid_hub.errors import InputError, NotFoundError, UnsupportedMediaTypeError
 from lucid_hub.publish import Unchanged
 from lucid_hub.rdf.patch import check_patch_id
@@ -19,6 +20,7 @@ from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
 from lucid_hub.rdf.syntax import serialize
+from lucid_hub.web import push
 from lucid_hub.web.authz import (
     anonymous,
     author,
@@ -138,24 +140,18 @@ def patch_events() -> Response:
     base = runtime().settings.public_url
     lapsed = read_lapse(graph)
 
-    def events() -> Iterator[str]:
-        yield ": lucid-hub patch stream\n\n"
-        for link in stream.follow(graph, after, idle=15.0, bodies=bodies):
-            reason = lapsed()
-            if reason is not None:
-                yield f"event: ended\ndata: {json.dumps({'reason': reason})}\n\n"
-                return
-            if link is None:
-                yield ": keep-alive\n\n"
-                continue
-            data: dict[str, Any] = {"graph": graph, "id": link.id, "prev": link.prev, "seq": link.seq,
-                                    "removed": link.removed, "added": link.added, "link": f"{base}/patches/{link.id}"}
-            if bodies:
-                data["patch"] = link.body.decode()
-            yield f"event: patch\nid: {link.seq}\ndata: {json.dumps(data)}\n\n"
+    def make(link: ChainLink) -> bytes:
+        data: dict[str, Any] = {"graph": graph, "id": link.id, "prev": link.prev, "seq": link.seq,
+                                "removed": link.removed, "added": link.added, "link": f"{base}/patches/{link.id}"}
+        if bodies:
+            data["patch"] = link.body.decode()
+        return f"event: patch\nid: {link.seq}\ndata: {json.dumps(data)}\n\n".encode()
 
-    return Response(stream_with_context(events()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    def render(link: ChainLink) -> bytes:  # (rendered once for every client of the graph)
+        return push.RENDERED.get(("patch", base, graph, link.id, "body" if bodies else ""), partial(make, link))
+
+    return push.answer(push.patch_channel(stream, graph, after, b": lucid-hub patch stream\n\n", render, lapsed,
+                                     bodies=bodies))
 
 
 @blueprint.get("/patches/<path:patch_id>")

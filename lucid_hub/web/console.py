@@ -16,14 +16,14 @@ import json
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyoxigraph as ox
-from flask import Response, current_app, redirect, render_template, request, session, stream_with_context, url_for
+from flask import Response, current_app, redirect, render_template, request, session, url_for
 
 from lucid_hub.auth.clients import SCOPES
 from lucid_hub.db.session import Database
@@ -35,6 +35,7 @@ from lucid_hub.rdf.msg import Msg
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.signing import TrustedKeys
+from lucid_hub.web import push
 from lucid_hub.web.admin import ui
 from lucid_hub.web.http import runtime
 
@@ -187,35 +188,33 @@ def _live(update: Callable[[], tuple[dict[str, Any], dict[str, Chart]]]) -> Resp
     A comment goes out every HEARTBEAT seconds in between: a page closed is noticed at the next
     writes, and its thread freed. With every slot taken for LIVE_WAIT seconds the answer is 503
     (the page stays as rendered)."""
-    stream, slots = runtime().stream, _live_slots()
-    if not slots.acquire(timeout=LIVE_WAIT):
+    stream = runtime().stream
+    slots = None if push.on_loop() else _live_slots()  # (on the event loop a stream holds no thread)
+    if slots is not None and not slots.acquire(timeout=LIVE_WAIT):
         return Response("every live slot of this process is in use (LUCID_WEB_THREADS / 2): the page is not "
                         "updated live; reload it later", status=503, mimetype="text/plain",
                         headers={"Retry-After": "30", "Cache-Control": "no-store"})
+    generation, last = stream.generation(), time.monotonic()
 
-    def event() -> str:
+    def poll() -> tuple[list[bytes], bool]:
+        nonlocal generation, last
+        if stream.ended:
+            return [], True
+        now = stream.generation()
+        if now == generation and time.monotonic() - last < LIVE_IDLE:
+            return [], False
+        generation, last = now, time.monotonic()
         figures, charts = update()
         data = {"figures": figures, "charts": {name: chart.update() for name, chart in charts.items()}}
-        return f"event: figures\ndata: {json.dumps(data)}\n\n"
+        return [f"event: figures\ndata: {json.dumps(data)}\n\n".encode()], False
 
-    def events() -> Iterator[str]:
-        yield "retry: 2000\n\n: open\n\n"  # (a comment: the browser knows the stream is open)
-        generation = stream.generation()
-        end = last = time.monotonic()
-        end += LIVE_SECONDS
-        while time.monotonic() < end and not stream.ended:
-            now = stream.wait(generation, HEARTBEAT)
-            if now == generation and time.monotonic() - last < LIVE_IDLE:
-                yield ": -\n\n"  # (nothing new: a comment, to notice a page that was closed)
-                continue
-            generation, last = now, time.monotonic()
-            yield event()
-            time.sleep(LIVE_EVERY)  # (pacing the stream, not synchronising anything)
-
-    answer = Response(stream_with_context(events()), mimetype="text/event-stream",
-                      headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-    answer.call_on_close(slots.release)  # (the server closes every answer, begun or not: no slot is lost)
-    return answer
+    # (a comment: the browser knows the stream is open; another every HEARTBEAT seconds: a page
+    # closed is noticed at the next writes)
+    channel = push.Channel(b"retry: 2000\n\n: open\n\n", poll, stream, keepalive=HEARTBEAT,
+                           keepalive_line=b": -\n\n", pace=LIVE_EVERY, lifetime=LIVE_SECONDS, in_app=True)
+    if slots is not None:
+        channel.on_close.append(slots.release)  # (the server closes every answer, begun or not: no slot is lost)
+    return push.answer(channel)
 
 
 @ui.get("/overview/events")

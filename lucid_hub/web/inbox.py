@@ -5,9 +5,8 @@ the constraints notifications meet `/inbox/constraints` (docs/streams.md, "Inbox
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-from flask import Blueprint, Response, g, request, stream_with_context
+from flask import Blueprint, Response, g, request
 
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, InputError, InputTooLargeError, NotFoundError
@@ -15,6 +14,7 @@ from lucid_hub.resources import inbox_url, notification_url
 from lucid_hub.streams.activities import FORMATS
 from lucid_hub.streams.inbox import LIST_MAX, Received
 from lucid_hub.streams.ldes import LDP, TYPE, Document, iri
+from lucid_hub.web import push
 from lucid_hub.web.authz import anonymous, principal, read_lapse, require_graph
 from lucid_hub.web.http import graph_param, negotiate, request_uri, runtime
 
@@ -171,25 +171,28 @@ def inbox_events() -> Response:
     stream = hub.stream
     lapsed = read_lapse(graph)
 
-    def events() -> Iterator[str]:
-        yield ": lucid-hub inbox\n\n"
-        for item in hub.inbox.follow(graph, sender, after, stopped=lambda: stream.ended):
-            reason = lapsed()
-            if reason is not None:
-                yield f"event: ended\ndata: {json.dumps({'reason': reason})}\n\n"
-                return
-            if item is None:
-                yield ": keep-alive\n\n"
-                continue
+    position = after
+
+    def poll() -> tuple[list[bytes], bool]:
+        nonlocal position
+        if stream.ended:
+            return [], True
+        reason = lapsed()
+        if reason is not None:
+            return [push.sse("ended", json.dumps({"reason": reason}))], True
+        found = hub.inbox.after(graph, sender, position)
+        events = []
+        for item in found:
             data = {"id": notification_url(base, item.id), "graph": item.graph, "sender": item.sender,
                     "types": list(item.kinds), "objects": list(item.objects),
                     "received": item.created_at.isoformat().replace("+00:00", "Z")}
             if bodies:
                 data["statements"] = item.body
-            yield f"event: notification\nid: {item.seq}\ndata: {json.dumps(data)}\n\n"
+            events.append(push.sse("notification", json.dumps(data), item.seq))
+            position = item.seq
+        return events, False
 
-    return Response(stream_with_context(events()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return push.answer(push.Channel(b": lucid-hub inbox\n\n", poll, hub.inbox))
 
 
 @blueprint.get("/inbox/constraints")

@@ -3,11 +3,15 @@ API (`/admin/mirrors`), and the local event stream of applied patches (`/mirrors
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify, request, stream_with_context
+import json
 
+from flask import Blueprint, Response, jsonify, request
+
+from lucid_hub.archive import ChainLink
 from lucid_hub.errors import InputError
 from lucid_hub.mirror.subscriber import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
 from lucid_hub.outbound import AddressPolicy
+from lucid_hub.web import push
 from lucid_hub.web.authz import authorized_graph, require_scope
 from lucid_hub.web.http import json_object_body, runtime
 
@@ -42,10 +46,17 @@ def events() -> Response:
     graph = authorized_graph("read")
     if not mirrors().mirrored(graph, fresh=True):
         raise InputError(f"<{graph}> is not a mirror of this hub")
-    response = Response(stream_with_context(mirrors().events(graph)), mimetype="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"  # proxies: pass events on at once
-    return response
+    service = mirrors()
+
+    def render(link: ChainLink) -> bytes:
+        """An SSE event of a patch applied to the mirrored graph (whichever process of the hub applied it)."""
+        data = json.dumps({"graph": graph, "id": link.id, "prev": link.prev, "removed": link.removed,
+                           "added": link.added})
+        return f"event: patch\nid: {link.id}\ndata: {data}\n\n".encode()
+
+    return push.answer(push.patch_channel(service.stream, graph, service.stream.position(graph),
+                                          b": lucid-hub mirror events\n\n", render,
+                                          stopped=lambda: service.stopped))
 
 
 @blueprint.get("/admin/mirrors")

@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request, stream_with_context
+from flask import Blueprint, Response, jsonify, request
 from flask_sock import Sock
 from simple_websocket import ConnectionClosed
 
@@ -25,6 +24,7 @@ from lucid_hub.errors import AuthenticationError, ForbiddenError, InputError, Lu
 from lucid_hub.hub import protocol
 from lucid_hub.hub.callbacks import check_callback
 from lucid_hub.queries import results as rs
+from lucid_hub.web import push
 from lucid_hub.web.authz import require_scope
 from lucid_hub.web.errors import status_of
 from lucid_hub.web.http import runtime
@@ -143,78 +143,78 @@ def events(spuid: str) -> Response:
     service.describe_row(caller, spuid)
     after = _after()
 
-    return event_stream(lambda last: service.catch_up(spuid, last, caller), after, "notification",
-                        service.generation, service.wait)
+    return event_stream(lambda last: service.catch_up(spuid, last, caller), after, "notification", service)
 
 
 def event_stream(fetch: Callable[[int], tuple[list[tuple[int, Any]], dict[str, Any] | None]], after: int,
-                 event: str, generation: Callable[[], int], wait: Callable[[int, float], Any]) -> Response:
+                 event: str, source: push.Wake) -> Response:
     """Server-Sent Events of a resumable stream: `fetch(after)` gives the elements after a
     sequence and, once none is left, the error that ends the stream (None: it goes on);
-    `generation`/`wait` say when there may be more. Each element is an `event` whose id is
-    its sequence; the end is an `ended` event; a comment every KEEP_ALIVE seconds."""
+    `source` says when there may be more. Each element is an `event` whose id is its
+    sequence; the end is an `ended` event; a comment every KEEP_ALIVE seconds."""
+    last = after
 
-    def stream() -> Iterator[str]:
-        last = after
-        quiet = time.monotonic()
-        while True:
-            seen = generation()
-            try:
-                found, end = fetch(last)
-            except LucidError as exc:  # (access withdrawn, the query deleted meanwhile)
-                found, end = [], rs.error(status_of(exc), _error_code(exc), str(exc))
-            for sequence, body in found:
-                last = sequence
-                quiet = time.monotonic()
-                yield f"id: {sequence}\nevent: {event}\ndata: {json.dumps(body)}\n\n"
-            if found:
-                continue
-            if end is not None:
-                yield f"event: ended\ndata: {json.dumps(end)}\n\n"
-                return
-            if time.monotonic() - quiet >= KEEP_ALIVE:
-                quiet = time.monotonic()
-                yield ": keep-alive\n\n"
-            wait(seen, KEEP_ALIVE)
+    def poll() -> tuple[list[bytes], bool]:
+        nonlocal last
+        try:
+            found, end = fetch(last)
+        except LucidError as exc:  # (access withdrawn, the query deleted meanwhile)
+            found, end = [], rs.error(status_of(exc), _error_code(exc), str(exc))
+        events = []
+        for sequence, body in found:
+            last = sequence
+            events.append(f"id: {sequence}\nevent: {event}\ndata: {json.dumps(body)}\n\n".encode())
+        if found or end is None:
+            return events, False
+        return [f"event: ended\ndata: {json.dumps(end)}\n\n".encode()], True
 
-    return Response(stream_with_context(stream()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return push.answer(push.Channel(b"", poll, source, keepalive=KEEP_ALIVE))
 
 
 # --- the SE protocol on a WebSocket ------------------------------------------------------------
 
-def _bearer(value: Any) -> str | None:
+def bearer(value: Any) -> str | None:
+    """The token of an `Authorization` value or SE protocol member ("Bearer <token>" or the token alone)."""
     if not isinstance(value, str) or not value.strip():
         return None
     scheme, _, rest = value.strip().partition(" ")
     return rest.strip() if scheme.lower() == "bearer" and rest.strip() else value.strip()
 
 
-class _Socket:
-    """One WebSocket: its subscriptions and the thread that sends their notifications."""
+class SeSocket:
+    """One WebSocket of the SE protocol: its subscriptions and what it sends. `send` takes a
+    message (JSON text) in order; whoever serves the socket (the front's event loop, or a
+    thread of werkzeug's server) calls `handle` for each message received and `push` when
+    the queries or windows changed, never two at once."""
 
-    def __init__(self, ws: Any, handshake_token: str | None) -> None:
-        self.ws = ws
+    def __init__(self, rt: Any, send: Callable[[str], Any], handshake_token: str | None) -> None:
+        self._send = send
         self.handshake_token = handshake_token
+        self.authenticated = False  # a request with a valid token came (or one on the handshake)
         self.send_lock = threading.Lock()
         self.subscriptions: dict[str, tuple[int, Principal]] = {}  # spuid -> (last sequence sent, caller)
         self.windows: dict[str, tuple[int, Principal]] = {}  # windowed query -> (last sequence sent, caller)
         self.lock = threading.Lock()
         self.closed = threading.Event()
-        self.rt = runtime()
+        self.rt = rt
 
     def send(self, message: dict[str, Any]) -> None:
         with self.send_lock:
-            self.ws.send(json.dumps(message))
+            self._send(json.dumps(message))
+
+    def close(self) -> None:
+        self.closed.set()
+        self.rt.queries.wake_all()
 
     def caller(self, message: dict[str, Any], inner: dict[str, Any]) -> Principal:
-        token = _bearer(inner.get("authorization")) or _bearer(message.get("authorization")) or self.handshake_token
+        token = bearer(inner.get("authorization")) or bearer(message.get("authorization")) or self.handshake_token
         if token is None:
             raise AuthenticationError("the request needs an access token: an authorization member "
                                       "(\"Bearer <token>\") or an Authorization header on the handshake", error="")
-        caller = self.rt.tokens.validate(token)
+        caller: Principal = self.rt.tokens.validate(token)
         if SCOPE not in caller.scopes:
             raise ForbiddenError(f"the access token lacks the scope {SCOPE}", scope=SCOPE)
+        self.authenticated = True
         return caller
 
     def handle(self, raw: Any) -> None:
@@ -348,8 +348,8 @@ def _error_code(exc: Exception) -> str:
 
 @sock.route("/subscribe", bp=sockets)  # type: ignore[untyped-decorator]
 def subscribe_socket(ws: Any) -> None:
-    handshake = _bearer(request.headers.get("Authorization", ""))
-    connection = _Socket(ws, handshake)
+    handshake = bearer(request.headers.get("Authorization", ""))
+    connection = SeSocket(runtime(), ws.send, handshake)
     sender = threading.Thread(target=connection.sender, name="se-socket", daemon=True)
     sender.start()
     try:
@@ -359,6 +359,5 @@ def subscribe_socket(ws: Any) -> None:
                 break
             connection.handle(raw)
     finally:
-        connection.closed.set()
-        runtime().queries.wake_all()
+        connection.close()
         sender.join(timeout=5)

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request, stream_with_context
+from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.archive import ChainLink
 from lucid_hub.errors import InputError, NotFoundError
@@ -21,6 +18,7 @@ from lucid_hub.resources import graph_url, hub_url, patch_url
 from lucid_hub.streams import ldes
 from lucid_hub.streams.ldes import DCAT, DCT, LDP, LH, TYPE, Document, Urls, View, iri, literal
 from lucid_hub.streams.members import GraphStream, made_by
+from lucid_hub.web import push
 from lucid_hub.web.authz import anonymous, principal, public, read_lapse, readable_graph
 from lucid_hub.web.http import entity_tags, etag, negotiate, runtime
 
@@ -133,49 +131,14 @@ def events() -> Response:
             data["body"] = ldes.page_of_members(urls, members).render(wanted).decode()
         return f"event: members\nid: {link.seq}\ndata: {json.dumps(data)}\n\n".encode()
 
-    def generate() -> Iterator[bytes]:
-        yield b": lucid-hub event stream\n\n"
-        for link in patch_stream.follow(graph, after, idle=15.0, bodies=wanted == RDF_PATCH):
-            reason = lapsed()
-            if reason is not None:
-                yield f"event: ended\ndata: {json.dumps({'reason': reason})}\n\n".encode()
-                return
-            if link is None:
-                yield b": keep-alive\n\n"
-                continue
-            # Every client of the graph gets the same event: rendered once (bench streams).
-            yield _EVENTS.get((urls.base, graph, link.id, wanted or ""), partial(render, link))
+    def cached(link: ChainLink) -> bytes:
+        # Every client of the graph gets the same event: rendered once (bench streams).
+        return push.RENDERED.get(("members", urls.base, graph, link.id, wanted or ""), partial(render, link))
 
-    return Response(stream_with_context(generate()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return push.answer(push.patch_channel(patch_stream, graph, after, b": lucid-hub event stream\n\n", cached,
+                                          lapsed, bodies=wanted == RDF_PATCH))
 
 
-class _Rendered:
-    """The last events rendered, shared by the push clients of a graph (a small LRU)."""
-
-    def __init__(self, capacity: int = 256) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[tuple[str, str, str, str], bytes] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str, str, str], make: Callable[[], bytes]) -> bytes:
-        found = self._items.get(key)  # without the lock first: every client asks for the same
-        if found is not None:
-            return found
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-                return found
-        made = make()
-        with self._lock:
-            self._items[key] = made
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return made
-
-
-_EVENTS = _Rendered()
 
 
 def _resume_position(now: int) -> int:

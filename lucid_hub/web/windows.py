@@ -96,4 +96,4 @@ def events(name: str) -> Response:
         found, state, reason = service.results(caller, name, after)
         return found, rs.error(410, "query_ended", reason) if state == "ended" else None
 
-    return event_stream(fetch, _after(), "result", service.generation, service.wait)
+    return event_stream(fetch, _after(), "result", service)
