@@ -296,8 +296,9 @@ def demo(state: _Context, workdir: Path | None, offline: bool) -> None:
 @cli.command()
 @click.option("--host", help="Listening address (default: LUCID_HOST, 127.0.0.1).")
 @click.option("--port", type=int, help="Listening port (default: LUCID_PORT, 8080).")
-@click.option("--server", "server_kind", type=click.Choice(["auto", "gunicorn", "werkzeug"]), default="auto",
-              show_default=True, help="HTTP server: gunicorn where installed, else werkzeug.")
+@click.option("--server", "server_kind", type=click.Choice(["auto", "gunicorn", "uvicorn", "werkzeug"]),
+              default="auto", show_default=True,
+              help="gunicorn managing uvicorn workers (auto); uvicorn alone (one process); werkzeug's threads.")
 @click.option("--workers", type=click.IntRange(1, 64),
               help="gunicorn worker processes, each with its own copy of the store (default: LUCID_WEB_WORKERS, 1).")
 @click.option("--threads", type=click.IntRange(1, 256), help="Request threads of each (default: LUCID_WEB_THREADS, 8).")
@@ -851,6 +852,19 @@ def bench_hostile(samples: int, attacks: str) -> None:
     from lucid_hub.tools.bench.hostile import run
 
     run(samples, [a for a in attacks.split(",") if a])
+
+
+@bench.command("push")
+@click.option("--connections", default=10_000, show_default=True, help="Push channels (SSE clients) to hold open.")
+@click.option("--events", default=20, show_default=True, help="Events to fan out to every client, one at a time.")
+@click.option("--samples", default=200, show_default=True, help="Requests per p99, with and without the channels.")
+def bench_push(connections: int, events: int, samples: int) -> None:
+    """Memory, request latency and fan-out latency with thousands of open push channels."""
+    if connections < 1 or events < 1 or samples < 10:
+        raise InputError("--connections and --events must be 1 or more, --samples 10 or more")
+    from lucid_hub.tools.bench.push import run
+
+    run(connections, events, samples)
 
 
 @bench.command("queries")

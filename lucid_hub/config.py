@@ -201,6 +201,19 @@ class Settings:
     web_workers: int = 1
     web_threads: int = 8
     graceful_timeout: int = 30
+    # The front's limits (lucid_hub.web.front, docs/operations.md "Connections"): push channels
+    # (event streams, WebSockets) of a process in total, per client address and per OAuth
+    # client; seconds a client may take to accept a part of an answer or an event, to send a
+    # request body, and to authenticate a WebSocket opened without a token; threads that read
+    # for push channels; seconds an idle keep-alive connection is kept.
+    push_max_connections: int = 10_000
+    push_per_address: int = 256
+    push_per_client: int = 64
+    push_send_seconds: float = 30.0
+    body_seconds: float = 60.0
+    push_auth_seconds: float = 10.0
+    push_threads: int = 4
+    keepalive_seconds: int = 75
     # `worker`: port of its own /metrics and /healthz listener (0: none).
     metrics_port: int = 0
 
@@ -315,8 +328,15 @@ class Settings:
             raise ConfigError("LUCID_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
         if not 1 <= self.web_workers <= 64:
             raise ConfigError("LUCID_WEB_WORKERS must be between 1 and 64")
-        if not 1 <= self.web_threads <= 4096:  # each open event stream or WebSocket holds one
+        if not 1 <= self.web_threads <= 4096:
             raise ConfigError("LUCID_WEB_THREADS must be between 1 and 4096")
+        if min(self.push_max_connections, self.push_per_address, self.push_per_client, self.push_threads,
+               self.keepalive_seconds) < 1:
+            raise ConfigError("LUCID_PUSH_MAX_CONNECTIONS, LUCID_PUSH_PER_ADDRESS, LUCID_PUSH_PER_CLIENT, "
+                              "LUCID_PUSH_THREADS and LUCID_KEEPALIVE_SECONDS must be 1 or more")
+        if min(self.push_send_seconds, self.body_seconds, self.push_auth_seconds) <= 0:
+            raise ConfigError("LUCID_PUSH_SEND_SECONDS, LUCID_BODY_SECONDS and LUCID_PUSH_AUTH_SECONDS must be "
+                              "positive numbers of seconds")
         if self.graceful_timeout <= 0:
             raise ConfigError("LUCID_GRACEFUL_TIMEOUT must be a positive number of seconds")
         if not 0 <= self.metrics_port < 65536:

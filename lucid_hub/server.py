@@ -1,14 +1,17 @@
 """`lucid-hub serve`: the hub's HTTP API, relay and mirrors.
 
-gunicorn (gthread) serves when it is installed: LUCID_WEB_WORKERS processes (each a hub on
-its own copy of the store, caught up from the archive; the first serves the metrics port and
-is the data directory's candidate for the leadership of all the hub's replicas: the one that
-holds the lease keeps the mirrors, relays to Kafka, evaluates queries and windows and runs
-deferred rules) with LUCID_WEB_THREADS threads each.
-SIGTERM stops it gracefully: the listening socket closes, requests in flight finish (up to
-LUCID_GRACEFUL_TIMEOUT), then each runtime closes: deliveries in flight finish and are
-recorded, the relay empties the outbox.
-Werkzeug's threaded server is the fallback (and `--server werkzeug`).
+gunicorn runs LUCID_WEB_WORKERS processes (each a hub on its own copy of the store, caught up
+from the archive; the first serves the metrics port and is the data directory's candidate
+for the leadership of all the hub's replicas: the one that holds the lease keeps the
+mirrors, relays to Kafka, evaluates queries and windows and runs deferred rules). Each
+process serves on uvicorn's event loop (the front, lucid_hub.web.front): push channels and
+WebSockets there, requests on LUCID_WEB_THREADS worker threads. gunicorn restarts a worker
+that crashed or lost the leadership.
+SIGTERM stops it gracefully: the listening socket closes, push channels end, requests in
+flight finish (up to LUCID_GRACEFUL_TIMEOUT), then each runtime closes: deliveries in flight
+finish and are recorded, the relay empties the outbox.
+`--server uvicorn` runs one process without gunicorn; `--server werkzeug`, werkzeug's
+threaded server (no front: each push channel holds a thread; the crash tests use it).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from lucid_hub.metrics import mark_process_dead, use_multiprocess_metrics
 from lucid_hub.policy.policy_graph import read_policy_dir
 from lucid_hub.runtime import Runtime
 from lucid_hub.web import create_app
+from lucid_hub.web.front import Front, build_front, server_options
 
 log = logging.getLogger(__name__)
 # The exit status of a process that lost the leadership (not gunicorn's 3 or 4, which stop it).
@@ -45,14 +49,9 @@ def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto")
     """Run the hub until SIGTERM or SIGINT."""
     configure_logging(settings.log_format, settings.log_level.upper())
     if server == "auto":
-        try:
-            import gunicorn  # noqa: F401
-
-            server = "gunicorn"
-        except ImportError:
-            server = "werkzeug"
+        server = "gunicorn"
     if settings.web_workers > 1 and server != "gunicorn":
-        raise ConfigError("LUCID_WEB_WORKERS above 1 needs gunicorn (werkzeug's server is one process)")
+        raise ConfigError(f"LUCID_WEB_WORKERS above 1 needs gunicorn ({server} runs one process)")
     check_before_serving(settings)
     echo(f"lucid-hub serving on http://{settings.host}:{settings.port} with {server} "
          f"(public URL {settings.public_url}, data in {settings.data_dir})")
@@ -65,6 +64,8 @@ def serve(settings: Settings, echo: Callable[[str], None], server: str = "auto")
             finally:
                 if metrics_dir is not None:
                     shutil.rmtree(metrics_dir, ignore_errors=True)
+        elif server == "uvicorn":
+            _serve_uvicorn(settings)
         else:
             _serve_werkzeug(settings)
     finally:
@@ -127,6 +128,67 @@ def _serve_werkzeug(settings: Settings) -> None:
         runtime.close()
 
 
+def _serve_uvicorn(settings: Settings) -> None:
+    import uvicorn
+
+    runtime = Runtime.open(settings)
+    _exit_on_lost_leadership(runtime)
+    front = build_front(settings, runtime)
+    server = _hub_server(uvicorn.Config(front, host=settings.host, port=settings.port, **server_options(settings)),
+                         lambda: _end_streams(runtime, front))
+    runtime.start()
+    gcpause.freeze_startup()
+    try:
+        server.run()
+    finally:
+        runtime.close()
+
+
+def _end_streams(runtime: Runtime, front: Front) -> None:
+    """SIGTERM: push channels and event streams never finish by themselves: they end first."""
+    runtime.mirrors.end_streams()
+    front.end_channels()
+
+
+def _hub_server(config: Any, on_exit: Callable[[], None]) -> Any:
+    """uvicorn's server, ending the push channels at the first SIGTERM or SIGINT."""
+    import uvicorn
+
+    class HubServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit:
+                on_exit()
+            super().handle_exit(sig, frame)
+            # uvicorn raises the signal again once it stopped serving, which kills the process
+            # before the runtime closes (the lease released, deliveries recorded, the outbox
+            # relayed): the process ends by returning instead (gunicorn's worker_exit, serve's finally).
+            self._captured_signals.clear()
+
+    return HubServer(config)
+
+
+def _worker_class(settings: Settings) -> type:
+    """gunicorn's worker: uvicorn's, with the hub's settings and its SIGTERM."""
+    from gunicorn.arbiter import Arbiter
+    from uvicorn_worker import UvicornWorker
+
+    options = {k: v for k, v in server_options(settings).items() if k not in ("log_config", "timeout_keep_alive")}
+
+    class HubWorker(UvicornWorker):  # type: ignore[misc]
+        CONFIG_KWARGS = options
+
+        async def _serve(self) -> None:
+            self.config.app = self.wsgi
+            front = self.wsgi
+            server = _hub_server(self.config, lambda: _end_streams(front.runtime, front))
+            self._install_sigquit_handler()
+            await server.serve(sockets=self.sockets)
+            if not server.started:
+                raise SystemExit(Arbiter.WORKER_BOOT_ERROR)
+
+    return HubWorker
+
+
 def _serve_gunicorn(settings: Settings) -> None:
     from gunicorn.app.base import BaseApplication
 
@@ -138,23 +200,18 @@ def _serve_gunicorn(settings: Settings) -> None:
         def load_config(self) -> None:
             self.cfg.set("bind", f"{settings.host}:{settings.port}")
             self.cfg.set("workers", settings.web_workers)
-            self.cfg.set("worker_class", "gthread")
-            self.cfg.set("threads", settings.web_threads)
-            # gthread accepts at most worker_connections at once (1,000 by default): with more
-            # threads than that, event streams took every connection and requests waited.
-            self.cfg.set("worker_connections", max(1000, 2 * settings.web_threads))
+            self.cfg.set("worker_class", _worker_class(settings))
             # An idle keep-alive connection is kept longer than the proxies and clients in
             # front keep theirs (load balancers: 60 s): at gunicorn's 2 s the hub closed
             # connections just as a client reused them, and the request died with a reset
             # (an e2e test after a 2 s pause; a load balancer answers that with a 502).
-            self.cfg.set("keepalive", 75)
+            self.cfg.set("keepalive", settings.keepalive_seconds)
             self.cfg.set("timeout", 3600)  # bulk publishes run long; liveness is /healthz
             self.cfg.set("graceful_timeout", settings.graceful_timeout)
             self.cfg.set("accesslog", None)  # lucid_hub.access logs requests (routes, not paths)
             self.cfg.set("logconfig_dict", dict_config(settings.log_format, settings.log_level.upper()))
             self.cfg.set("worker_exit", self._worker_exit)
             self.cfg.set("child_exit", _child_exit)
-            self.cfg.set("post_worker_init", self._post_worker_init)
             if "control_socket_disable" in self.cfg.settings:
                 # gunicorn >= 25 listens on a Unix socket in $HOME or $XDG_RUNTIME_DIR that can
                 # stop, reload and scale it: one path for every hub of a user (the last started
@@ -170,23 +227,10 @@ def _serve_gunicorn(settings: Settings) -> None:
                 log.error("cannot start: %s", exc)
                 raise SystemExit(3) from None
             _exit_on_lost_leadership(self.runtime)
-            app = create_app(settings, self.runtime)
+            front = build_front(settings, self.runtime)
             self.runtime.start()
             gcpause.freeze_startup()
-            return app
-
-        def _post_worker_init(self, _worker: Any) -> None:
-            # SIGTERM: gunicorn stops accepting and waits for requests in flight; event
-            # streams never finish by themselves, so they are ended here first.
-            previous = signal.getsignal(signal.SIGTERM)
-
-            def on_term(signum: int, frame: Any) -> None:
-                if self.runtime is not None:
-                    self.runtime.mirrors.end_streams()
-                if callable(previous):
-                    previous(signum, frame)
-
-            signal.signal(signal.SIGTERM, on_term)
+            return front
 
         def _worker_exit(self, _arbiter: Any, _worker: Any) -> None:
             if self.runtime is not None:

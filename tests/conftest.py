@@ -182,32 +182,27 @@ class RunningHub:
 
 @contextmanager
 def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None) -> Iterator[RunningHub]:
-    """A hub (create_app + a real threaded HTTP server) on a free loopback port."""
-    import threading
-
-    from werkzeug.serving import make_server
-
+    """A hub (its front, as `serve` runs it: uvicorn's event loop before the Flask app) on a
+    free loopback port."""
     from lucid_hub.config import Settings
     from lucid_hub.runtime import Runtime
-    from lucid_hub.web import create_app
+    from lucid_hub.web.front import Served, build_front
 
     port = free_port()
     settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_DATABASE_URL": db_url,
                                   "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}", "LUCID_MAX_BODY_BYTES": "200000",
                                   "LUCID_PAGE_SIZE": "3", **(extra_env or {})})
     runtime = Runtime.open(settings)
-    server = make_server("127.0.0.1", port, create_app(settings, runtime), threaded=True)
+    server = Served(build_front(settings, runtime), settings, "127.0.0.1", port)
     runtime.start()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server.start()
     try:
         running = RunningHub(f"http://127.0.0.1:{port}", runtime)
         running.http = running.session(running.token("test admin", ("lucid-hub-admins",),
                                                      ("graphs:read", "graphs:write", "hub:subscribe", "admin")))
         yield running
     finally:
-        server.shutdown()
-        thread.join(timeout=10)
+        server.stop()
         runtime.close()
 
 

@@ -671,32 +671,38 @@ def test_subscribers_are_listed_worst_first_a_page_at_a_time_counted_by_state_an
     assert '<dd data-figure="failures">14</dd>' in overview
 
 
-def test_live_streams_hold_at_most_half_the_request_threads_and_free_them_when_a_page_closes(
+def test_live_streams_hold_no_request_thread_are_limited_per_address_and_freed_when_a_page_closes(
         tmp_path: Path) -> None:
+    """On the front a live page holds no request thread: with 3 threads, 6 pages stay open
+    and the console still answers; a 7th stream over LUCID_PUSH_PER_ADDRESS is refused with
+    429 at once; a page closed frees its place."""
     import time
 
     from lucid_hub.auth.admins import AdminAccounts
     from tests.conftest import running_hub
 
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'ui.db'}",
-                     {"LUCID_DEV_MODE": "true", "LUCID_WEB_THREADS": "3"}) as hub:  # one slot (3 // 2)
+                     {"LUCID_DEV_MODE": "true", "LUCID_WEB_THREADS": "3", "LUCID_PUSH_PER_ADDRESS": "6"}) as hub:
         AdminAccounts(hub.runtime.db).create("alice", PASSWORD)
         admin = signed_in(hub)
-        first = admin.get(f"{hub.url}/admin/ui/overview/events", stream=True, timeout=30)
-        lines = first.iter_lines()  # (kept: a reader dropped would close the connection)
-        assert first.status_code == 200 and next(lines) == b"retry: 2000"
-        started = time.monotonic()
-        refused = admin.get(f"{hub.url}/admin/ui/mirrors/events", stream=True, timeout=30)
-        assert refused.status_code == 503 and "every live slot" in refused.text
-        assert time.monotonic() - started >= 2.5  # it waited for a slot first
-        assert refused.headers["Retry-After"] == "30"
+        pages = [admin.get(f"{hub.url}/admin/ui/overview/events", stream=True, timeout=30) for _ in range(6)]
+        readers = [page.iter_lines() for page in pages]  # (kept: a reader dropped would close the connection)
+        assert all(page.status_code == 200 and next(lines) == b"retry: 2000"
+                   for page, lines in zip(pages, readers, strict=True))
         assert admin.get(f"{hub.url}/admin/ui/overview", timeout=30).status_code == 200  # pages are served
-        first.close()  # the page is closed: its slot comes back at the stream's next write
+        refused = admin.get(f"{hub.url}/admin/ui/mirrors/events", stream=True, timeout=30)
+        assert refused.status_code == 429 and "LUCID_PUSH_PER_ADDRESS" in refused.text
+        assert refused.headers["Retry-After"] == "30"
+        pages[0].close()  # the page is closed: its place comes back once the front hears of it
         deadline = time.monotonic() + 15
         while True:
             again = admin.get(f"{hub.url}/admin/ui/mirrors/events", stream=True, timeout=30)
             if again.status_code == 200 or time.monotonic() > deadline:
                 break
             again.close()
+        assert again.status_code == 200
+        again.close()
+        for page in pages[1:]:
+            page.close()
         assert again.status_code == 200
         again.close()

@@ -20,7 +20,6 @@ subscription.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import statistics
 import tempfile
@@ -144,29 +143,25 @@ class Receiver:
 
 @contextmanager
 def _hub(data: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, Any, str]]:
-    """The hub app on a loopback port (in this process), its runtime and an admin token."""
-    from werkzeug.serving import make_server
-
+    """The hub on a loopback port (in this process, served by its front as `serve` serves it),
+    its runtime and an admin token."""
     from lucid_hub.config import Settings
     from lucid_hub.runtime import Runtime
-    from lucid_hub.web import create_app
+    from lucid_hub.web.front import Served, build_front
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     port = free_port()
     settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}",
                                   "LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY": "100000", **(env or {})})
     runtime = Runtime.open(settings)
-    server = make_server("127.0.0.1", port, create_app(settings, runtime), threaded=True)
+    server = Served(build_front(settings, runtime), settings, "127.0.0.1", port)
     runtime.start()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server.start()
     scopes = ["graphs:read", "graphs:write", "hub:subscribe", "admin"]
     record, _secret = runtime.clients.create("bench admin", groups=["lucid-hub-admins"], scopes=scopes)
     try:
         yield f"http://127.0.0.1:{port}", runtime, str(runtime.tokens.issue(record, " ".join(scopes)))
     finally:
-        server.shutdown()
-        thread.join(timeout=10)
+        server.stop()
         runtime.close()
 
 
