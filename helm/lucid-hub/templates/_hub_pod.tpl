@@ -20,7 +20,7 @@ template:
     imagePullSecrets:
       {{- toYaml . | nindent 6 }}
     {{- end }}
-    terminationGracePeriodSeconds: 45   # gunicorn's graceful timeout is 30 s
+    terminationGracePeriodSeconds: 45   # serve's graceful timeout is 30 s
     containers:
       - name: hub
         image: {{ include "lucid-hub.image" . | quote }}
