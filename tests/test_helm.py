@@ -261,10 +261,17 @@ def test_metrics_port_and_service_monitor() -> None:
     assert "LUCID_TRUSTED_PROXIES" not in minimal  # none unless the operator names them
     with pytest.raises(helm.HelmError, match="memoryMb"):
         render({**PROFILES["minimal"], "hub": {"sparql": {"memoryMb": 256}}})
-    workers = render({**PROFILES["minimal"], "hub": {"gunicornWorkers": 3}})
+    workers = render({**PROFILES["minimal"], "hub": {"workers": 3, "push": {"perAddress": 40}}})
     assert _by(workers, "ConfigMap")[0]["data"]["LUCID_WEB_WORKERS"] == "3"
-    with pytest.raises(helm.HelmError, match="gunicornWorkers"):
-        render({**PROFILES["minimal"], "hub": {"gunicornWorkers": 0}})
+    assert _by(workers, "ConfigMap")[0]["data"]["LUCID_PUSH_PER_ADDRESS"] == "40"
+    assert config["LUCID_PUSH_MAX_CONNECTIONS"] == "10000" and config["LUCID_PUSH_PER_CLIENT"] == "64"
+    old = render({**PROFILES["minimal"], "hub": {"gunicornWorkers": 2, "gunicornThreads": 16}})  # values before 0.2
+    assert (_by(old, "ConfigMap")[0]["data"]["LUCID_WEB_WORKERS"], _by(old, "ConfigMap")[0]["data"][
+        "LUCID_WEB_THREADS"]) == ("2", "16")
+    with pytest.raises(helm.HelmError, match="workers"):
+        render({**PROFILES["minimal"], "hub": {"workers": 0}})
+    with pytest.raises(helm.HelmError, match="perClient"):
+        render({**PROFILES["minimal"], "hub": {"push": {"perClient": 0}}})
     (worker,) = _by(objects, "Deployment", "worker")
     assert _containers(worker)[0]["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     policy = _by(objects, "NetworkPolicy")[0]
