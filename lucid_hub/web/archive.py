@@ -151,7 +151,7 @@ def patch_events() -> Response:
         return push.RENDERED.get(("patch", base, graph, link.id, "body" if bodies else ""), partial(make, link))
 
     return push.answer(push.patch_channel(stream, graph, after, b": lucid-hub patch stream\n\n", render, lapsed,
-                                     bodies=bodies))
+                                          bodies=bodies, share=("patch", base, push.reader_key())))
 
 
 @blueprint.get("/patches/<path:patch_id>")

@@ -51,7 +51,6 @@ SPOOL_BYTES = 1 << 20  # a request body beyond this waits on disk for its worker
 # An answer up to this size is sent from the loop once the worker thread made it (the thread is
 # free at once); a larger one in parts of about this size, the thread waiting for each.
 PART_BYTES = 1 << 20
-TICKS = 5  # seconds between the front's wake-ups of every push channel (keep-alives, lifetimes)
 # A client answered 429 with Retry-After that asks again before then is held here (on the loop,
 # no thread) until then, this long at most, before its request goes on: a party that ignores
 # Retry-After floods itself, not the worker threads the others share.
@@ -132,6 +131,7 @@ class LoopWake:
         self.loop = loop
         self.generation = source.generation()
         self._event = asyncio.Event()
+        self.waiters: set[_Waiter] = set()  # push channels waiting for the next change
         self._closed = False
         threading.Thread(target=self._watch, name="push-wake", daemon=True).start()
 
@@ -153,11 +153,14 @@ class LoopWake:
             self.generation = generation
         event, self._event = self._event, asyncio.Event()
         event.set()
+        waiters, self.waiters = self.waiters, set()
+        for waiter in waiters:
+            waiter.wake()
 
     async def wait(self, seen: int, timeout: float | None = None) -> None:
-        """Until the generation moves past `seen`, the front's next tick (`changed()` without
-        a generation), or `timeout` seconds. (Push channels wait without a timeout: a timer
-        each, ten thousand of them, was a third of the loop's time in `bench push`.)"""
+        """Until the generation moves past `seen`, or `timeout` seconds (the SE protocol's
+        sockets; push channels wait in the front's wheel instead: a timer each, ten thousand
+        of them, was a third of the loop's time in `bench push`)."""
         if self.generation != seen:
             return
         event = self._event
@@ -170,6 +173,22 @@ class LoopWake:
 
     def close(self) -> None:
         self._closed = True
+
+
+class _Waiter:
+    """A push channel waiting: for its source's next change, or its own next due time (a
+    keep-alive, a poll, its lifetime), whichever comes first. The due times sit in the front's
+    wheel of seconds: no timer per channel."""
+
+    __slots__ = ("future", "second")
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[None] | None = None
+        self.second = -1  # its slot in the wheel (-1: none)
+
+    def wake(self) -> None:
+        if self.future is not None and not self.future.done():
+            self.future.set_result(None)
 
 
 class Polls:
@@ -208,11 +227,22 @@ class Polls:
     @staticmethod
     def _run(loop: asyncio.AbstractEventLoop, batch: list[tuple[push.Channel, Any]]) -> None:
         results: list[tuple[Any, Any, Exception | None]] = []
+        shared: dict[tuple[object, ...], tuple[tuple[list[bytes], bool], int]] = {}
         for channel, future in batch:
+            key = channel.shared.key() if channel.shared is not None else None
+            if key is not None and key in shared:  # another channel's poll at the same position
+                result, position = shared[key]
+                channel.shared.adopt(position)  # type: ignore[union-attr]
+                results.append((future, result, None))
+                continue
             try:
-                results.append((future, channel.poll(), None))
+                result = channel.poll()
             except Exception as exc:  # (reported to that channel's connection alone)
                 results.append((future, None, exc))
+                continue
+            if key is not None:
+                shared[key] = (result, channel.shared.position)  # type: ignore[union-attr]
+            results.append((future, result, None))
         with contextlib.suppress(RuntimeError):  # (the loop closed: nobody waits any more)
             loop.call_soon_threadsafe(Polls._resolve, results)
 
@@ -325,6 +355,7 @@ class Front:
         self._sending: dict[asyncio.Task[Any], float] = {}
         self._cut: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._wheel: dict[int, set[_Waiter]] = {}  # second -> channels due then
         self._held: dict[bytes, float] = {}  # a client refused with Retry-After -> until when (loop time)
         self.holds = 0
         runtime.metrics.watch(self.metrics)
@@ -392,21 +423,43 @@ class Front:
         return wake
 
     async def _tick(self) -> None:
-        """Every second: cut the push channels blocked in a send for LUCID_PUSH_SEND_SECONDS;
-        every TICKS of them: wake every channel (its keep-alive, its lifetime, a poll due)."""
+        """Every second: cut the push channels blocked in a send for LUCID_PUSH_SEND_SECONDS,
+        and wake those whose keep-alive, poll or lifetime is due."""
         loop = asyncio.get_running_loop()
-        count = 0
+        last = int(loop.time())
         while not self.ending:
-            await asyncio.sleep(1.0)  # (a clock for keep-alives and the send limit)
+            await asyncio.sleep(1.0)  # (the clock of keep-alives and of the send limit)
             now = loop.time()
             for task, since in list(self._sending.items()):
                 if now - since > self.limits.send_seconds and task not in self._cut:
                     self._cut.add(task)
                     task.cancel()
-            count += 1
-            if count % TICKS == 0:
-                for wake in self._wakes.values():
-                    wake.changed()
+            for second in range(last, int(now) + 1):
+                for waiter in self._wheel.pop(second, ()):
+                    waiter.second = -1
+                    waiter.wake()
+            last = int(now) + 1
+
+    async def _wait(self, wake: LoopWake, waiter: _Waiter, seen: int, due: float) -> None:
+        """Until `wake` moves past `seen` or the tick after `due`."""
+        if wake.generation != seen:
+            return
+        waiter.future = asyncio.get_running_loop().create_future()
+        waiter.second = int(due) + 1
+        self._wheel.setdefault(waiter.second, set()).add(waiter)
+        wake.waiters.add(waiter)
+        try:
+            await waiter.future
+        finally:
+            wake.waiters.discard(waiter)
+            if waiter.second >= 0:
+                slot = self._wheel.get(waiter.second)
+                if slot is not None:
+                    slot.discard(waiter)
+                    if not slot:
+                        del self._wheel[waiter.second]
+                waiter.second = -1
+            waiter.future = None
 
     async def _send_within(self, send: Send, message: Message) -> None:
         """A push channel's send; the tick cuts it off if it does not complete in time."""
@@ -548,6 +601,7 @@ class Front:
         if channel.opening:
             await self._send_within(send, {"type": "http.response.body", "body": channel.opening, "more_body": True})
         started = quiet = polled = loop.time()
+        waiter = _Waiter()
         while not self.ending:
             seen = wake.generation
             events, ended = await self.channel_polls.poll(channel)
@@ -571,7 +625,10 @@ class Front:
                 if now - polled >= channel.keepalive or (
                         channel.lifetime is not None and now - started >= channel.lifetime):
                     break
-                await wake.wait(seen)
+                due = min(quiet, polled) + channel.keepalive
+                if channel.lifetime is not None:
+                    due = min(due, started + channel.lifetime)
+                await self._wait(wake, waiter, seen, due)
         await self._send_within(send, {"type": "http.response.body", "body": b"", "more_body": False})
 
     # --- the SE protocol's WebSocket ------------------------------------------------------------

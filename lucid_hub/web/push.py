@@ -56,6 +56,7 @@ class Channel:
     pace: float = 0.0  # least seconds between two polls that found events (the console's pages)
     lifetime: float | None = None  # the channel ends after this many seconds (the client reconnects)
     in_app: bool = False  # `poll` uses the Flask app's context (the console's pages)
+    shared: PatchPoll | None = None  # a poll other channels at the same position may share
     on_close: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
@@ -157,30 +158,56 @@ class Rendered:
 RENDERED = Rendered()
 
 
-def patch_channel(stream: PatchStream, graph: str, after: int, opening: bytes, render: Callable[[ChainLink], bytes],
-                  lapsed: Callable[[], str | None] | None = None, *, bodies: bool = False,
-                  stopped: Callable[[], bool] = lambda: False) -> Channel:
-    """A channel of a graph's patches after chain position `after`, each rendered by
-    `render`; `lapsed` (asked at each poll) ends it with an `ended` event saying why the
-    caller may no longer read the graph."""
-    position = after
+class PatchPoll:
+    """The poll of a patch channel: its position in the graph's chain, and a key under which
+    channels at the same position, rendering alike for the same reader, share one poll (ten
+    thousand anonymous readers of a public graph make one read and one render per event)."""
 
-    def poll() -> tuple[list[bytes], bool]:
-        nonlocal position
-        if stream.ended or stopped():
+    def __init__(self, stream: PatchStream, graph: str, after: int, render: Callable[[ChainLink], bytes],
+                 lapsed: Callable[[], str | None] | None, bodies: bool, stopped: Callable[[], bool],
+                 share: tuple[str, ...] | None) -> None:
+        self.stream, self.graph, self.position = stream, graph, after
+        self.render, self.lapsed, self.bodies, self.stopped, self.share = render, lapsed, bodies, stopped, share
+
+    def key(self) -> tuple[object, ...] | None:
+        return None if self.share is None else (*self.share, self.graph, self.bodies, self.position)
+
+    def adopt(self, position: int) -> None:
+        """Take the outcome of the poll of a channel with the same key."""
+        self.position = position
+
+    def __call__(self) -> tuple[list[bytes], bool]:
+        stream = self.stream
+        if stream.ended or self.stopped():
             return [], True
-        reason = lapsed() if lapsed is not None else None
+        reason = self.lapsed() if self.lapsed is not None else None
         if reason is not None:
             return [sse("ended", json.dumps({"reason": reason}))], True
         events: list[bytes] = []
         size = 0
-        for link in stream.read_now(graph, position, bodies=bodies):
-            event = render(link)
+        for link in stream.read_now(self.graph, self.position, bodies=self.bodies):
+            event = self.render(link)
             events.append(event)
-            position = link.seq
+            self.position = link.seq
             size += len(event)
             if size >= POLL_BYTES:  # (the rest at the next poll, once these were taken)
                 break
         return events, False
 
-    return Channel(opening, poll, stream)
+
+def reader_key() -> str:
+    """Who reads, for sharing polls: channels of one reader (or of anonymous readers) decide
+    their reads alike."""
+    caller = g.get("principal")
+    return "anonymous" if caller is None else f"token:{caller.jti}"
+
+
+def patch_channel(stream: PatchStream, graph: str, after: int, opening: bytes, render: Callable[[ChainLink], bytes],
+                  lapsed: Callable[[], str | None] | None = None, *, bodies: bool = False,
+                  stopped: Callable[[], bool] = lambda: False, share: tuple[str, ...] | None = None) -> Channel:
+    """A channel of a graph's patches after chain position `after`, each rendered by
+    `render`; `lapsed` (asked at each poll) ends it with an `ended` event saying why the
+    caller may no longer read the graph. Channels with the same `share` (what their render
+    depends on, and who reads) at the same position share their polls."""
+    poll = PatchPoll(stream, graph, after, render, lapsed, bodies, stopped, share)
+    return Channel(opening, poll, stream, shared=poll)

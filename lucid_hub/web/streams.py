@@ -136,7 +136,8 @@ def events() -> Response:
         return push.RENDERED.get(("members", urls.base, graph, link.id, wanted or ""), partial(render, link))
 
     return push.answer(push.patch_channel(patch_stream, graph, after, b": lucid-hub event stream\n\n", cached,
-                                          lapsed, bodies=wanted == RDF_PATCH))
+                                          lapsed, bodies=wanted == RDF_PATCH,
+                                          share=("members", urls.base, wanted or "", push.reader_key())))
 
 
 
