@@ -171,6 +171,26 @@ def test_a_token_on_the_handshake_is_checked_before_the_upgrade(open_hub: Runnin
     assert private.status_code == 401 and private.headers["Content-Type"].startswith("text/plain")
 
 
+@contextlib.contextmanager
+def trickle(sockets: list[socket.socket], data: bytes, every: float) -> Iterator[None]:
+    """While inside: `data` sent on each socket every `every` seconds (a slow-loris client)."""
+    stop = threading.Event()
+
+    def drip() -> None:
+        while not stop.wait(every):  # (the attack's pace, not synchronisation)
+            for sock in sockets:
+                with contextlib.suppress(OSError):
+                    sock.send(data)
+
+    dripping = threading.Thread(target=drip, daemon=True)
+    dripping.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        dripping.join()
+
+
 def read_until(sockets: list[socket.socket], done: Callable[[bytes], bool], deadline: float) -> list[bytes]:
     """What each socket received until `done` holds for it (or the deadline)."""
     received = [b""] * len(sockets)
@@ -244,22 +264,11 @@ def test_a_slow_loris_body_holds_no_thread_and_gets_408(open_hub: RunningHub) ->
     head = (f"PUT /graphs?graph=https://example.org/graphs/loris HTTP/1.1\r\nHost: hub\r\n"
             f"Authorization: Bearer {token}\r\nContent-Type: application/n-triples\r\nContent-Length: 1000\r\n\r\n")
     lorises = [raw_request(hub, head) for _ in range(20)]
-    stop = threading.Event()
-
-    def trickle() -> None:
-        while not stop.wait(0.2):  # (the attack's pace, not synchronisation)
-            for sock in lorises:
-                with contextlib.suppress(OSError):
-                    sock.send(b"<")
-
-    dripping = threading.Thread(target=trickle, daemon=True)
-    dripping.start()
     try:
-        loaded = party.p99()
-        answers = read_until(lorises, lambda got: b"\r\n\r\n" in got, 30)
+        with trickle(lorises, b"<", 0.2):
+            loaded = party.p99()
+            answers = read_until(lorises, lambda got: b"\r\n\r\n" in got, 30)
     finally:
-        stop.set()
-        dripping.join()
         for sock in lorises:
             sock.close()
     assert all(got.startswith(b"HTTP/1.1 408") and b"LUCID_BODY_SECONDS" in got for got in answers)
@@ -277,22 +286,9 @@ def test_connections_that_never_finish_their_headers_are_closed(open_hub: Runnin
     silent = [raw_request(hub, "") for _ in range(40)]
     started = [raw_request(hub, "GET /healthz HTTP/1.1\r\n") for _ in range(40)]
     trickling = [raw_request(hub, "GET /healthz HTTP/1.1\r\nX-Slow: ") for _ in range(20)]
-    stop = threading.Event()
-
-    def trickle() -> None:
-        while not stop.wait(0.5):  # (the attack's pace, not synchronisation)
-            for sock in trickling:
-                with contextlib.suppress(OSError):
-                    sock.send(b"a")
-
-    dripping = threading.Thread(target=trickle, daemon=True)
-    dripping.start()
-    try:
+    with trickle(trickling, b"a", 0.5):
         loaded = party.p99()
         closed = read_until(silent + started + trickling, lambda got: False, 30)  # (until each is closed)
-    finally:
-        stop.set()
-        dripping.join()
     assert closed == [b""] * 100, "a connection got an answer instead of being closed"
     for sock in silent + started + trickling:
         sock.settimeout(5)
