@@ -13,6 +13,7 @@ Run in process (`local[*]` by default) or as a job on any Spark master (spark-su
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import sys
 import threading
@@ -52,6 +53,10 @@ def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None =
                 "spark.ui.showConsoleProgress": "false",
                 # Even tasks on a few cores (the default 128 MB splits a 140 MB file 128 + 12).
                 "spark.sql.files.maxPartitionBytes": str(32 * 1024 * 1024), **(conf or {})}
+    if master is not None and master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+        # Local workers run this interpreter (Spark's default is `python3` on PATH, which in a
+        # venv that is not activated lacks the hub's packages: "No module named 'pyoxigraph'").
+        settings.setdefault("spark.pyspark.python", sys.executable)
     log_config = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java_options:
