@@ -116,7 +116,7 @@ def status_of(sock: socket.socket) -> tuple[int, bytes]:
 @pytest.fixture
 def open_hub(tmp_path: Path) -> Iterator[RunningHub]:
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}",
-                     {"LUCID_PUSH_AUTH_SECONDS": "4", "LUCID_BODY_SECONDS": "4", "LUCID_PUSH_SEND_SECONDS": "3",
+                     {"LUCID_PUSH_AUTH_SECONDS": "4", "LUCID_BODY_SECONDS": "4", "LUCID_PUSH_SEND_SECONDS": "10",
                       "LUCID_WEB_THREADS": "8", "LUCID_MAX_BODY_BYTES": "2000000"}) as hub:
         answer = hub.http.post(f"{hub.url}/admin/conditions", data=OPEN_DATA, headers={"Content-Type": "text/turtle"})
         assert answer.status_code in (200, 201), answer.text
