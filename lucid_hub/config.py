@@ -213,6 +213,9 @@ class Settings:
     body_seconds: float = 60.0
     push_auth_seconds: float = 10.0
     push_threads: int = 4
+    # Requests of one client (its credentials) that request threads serve at once; the rest
+    # wait their turn on the event loop, holding no thread. 0: a quarter of LUCID_WEB_THREADS.
+    requests_per_client: int = 0
     keepalive_seconds: int = 75
     # `worker`: port of its own /metrics and /healthz listener (0: none).
     metrics_port: int = 0
@@ -334,6 +337,8 @@ class Settings:
                self.keepalive_seconds) < 1:
             raise ConfigError("LUCID_PUSH_MAX_CONNECTIONS, LUCID_PUSH_PER_ADDRESS, LUCID_PUSH_PER_CLIENT, "
                               "LUCID_PUSH_THREADS and LUCID_KEEPALIVE_SECONDS must be 1 or more")
+        if self.requests_per_client < 0:
+            raise ConfigError("LUCID_REQUESTS_PER_CLIENT must be 0 (a quarter of LUCID_WEB_THREADS) or more")
         if min(self.push_send_seconds, self.body_seconds, self.push_auth_seconds) <= 0:
             raise ConfigError("LUCID_PUSH_SEND_SECONDS, LUCID_BODY_SECONDS and LUCID_PUSH_AUTH_SECONDS must be "
                               "positive numbers of seconds")

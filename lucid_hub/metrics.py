@@ -84,6 +84,9 @@ class Metrics:
         self.rule_seconds = Histogram(
             "lucid_rule_seconds", "Time to evaluate one rule's event, condition and action for one patch.",
             buckets=_LATENCY, registry=r)
+        self.rules_rested = Counter(
+            "lucid_rules_rested", "Rule evaluations not run because their owner's rules overran the time budget "
+            "just before (each fails at once; the owner's lane rests 1, 2, 4 ... 60 s).", registry=r)
         for outcome in ("patched", "failed", "rolled-back"):
             self.rule_firings.labels(outcome)
         for outcome in DELIVERY_OUTCOMES:  # present from the start, so rates work from the first scrape

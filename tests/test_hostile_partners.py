@@ -301,3 +301,29 @@ def test_a_round_for_a_mirror_removed_meanwhile_does_nothing(hubs: tuple[Running
     _publisher, partner = hubs
     assert partner.runtime.mirrors._round("no-such-mirror", "removing", None, "{}") is True
     assert partner.runtime.mirrors._round("no-such-mirror", "active", None, "{}") is True
+
+
+def test_a_partys_heavy_rule_delays_no_other_partys_publishes(tmp_path: Path) -> None:
+    """The reproduction: a partner's immediate rule on its own graph whose condition overran the
+    budget, fired by its publishes, slowed an admin's publishes to another graph (with a light
+    rule of its own) from 0.13 s to 2.4-3.5 s: every party's rules waited for the one worker.
+    Each party's rules now have a lane (a worker) of their own, and a lane that overran rests."""
+    from lucid_hub.tools.bench.hostile import RULES_ENV, rules_attack
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", RULES_ENV) as hub:
+        found = rules_attack(hub.url, hub.runtime, hub.http, SAMPLES)
+        print(f"heavy rules: publish p99 unloaded {found.unloaded * 1000:.1f} ms, attacked "
+              f"{found.attacked * 1000:.1f} ms, ratio {found.attacked / found.unloaded:.2f}; the partner's "
+              f"{len(found.answers)} publishes")
+        kpi = "https://acme.example/graphs/kpi"
+        history = [record.id for record in hub.runtime.archive.history(kpi)]
+        assert history[-len(found.published):] == found.published  # every publish landed, in order
+        assert {status for status, _seconds in found.answers} <= {200, 201}  # the partner's own publishes too
+        firings = hub.http.get(f"{hub.url}/rules/firings", params={"rule": "urn:partner:heavy"}, timeout=30).json()
+        reasons = {f["reason"].split(":")[0] for f in firings["firings"]}
+        assert "its evaluation overran the time budget of 1 s (LUCID_RULES_BUDGET)" in reasons or \
+            any("overran the time budget of 1 s" in f["reason"] for f in firings["firings"])
+        assert any(f["reason"].startswith("not evaluated: its owner's rules overran") for f in firings["firings"])
+        lanes = hub.runtime.rules.lanes()
+        assert lanes[""]["overruns"] == 0 and max(lane["overruns"] for lane in lanes.values()) >= 1
+        assert found.attacked <= 2 * found.unloaded, (found.unloaded, found.attacked)

@@ -11,6 +11,14 @@ patch fires its own rules before the next rule of the same trigger is considered
 action fails or the cascade runs deeper than LUCID_RULES_MAX_DEPTH, the cascade's own patches
 are rolled back by compensating patches (the archive is append-only); the trigger stays.
 
+Each party's rules are evaluated in a lane of their own (`_Lane`): a worker process holding
+the graphs that party's rules read (the operator's rules share one). A party whose condition
+overruns LUCID_RULES_BUDGET costs its own lane's worker (killed and started again) and no one
+else's firing waits for it; a lane that overran rests before its rules are evaluated again
+(1, 2, 4 … s, RESTING_MAX at most): a firing meanwhile fails at once, without a worker. An idle
+lane's worker is stopped after LANE_IDLE_SECONDS and started again (its graphs loaded) at its
+next firing.
+
 Deferred rules (and every webhook or notification) run in the leader process after commit:
 a follower of each rule's graph with a durable cursor (`rule_cursors`), at least once,
 idempotent by triggering patch (`rule_firings` holds one row per rule and trigger); a failing
@@ -79,6 +87,8 @@ REFRESH_SECONDS = 1.0
 BACKOFF_BASE, BACKOFF_MAX = 1.0, 300.0  # seconds between a failing deferred firing's attempts
 HISTORY_LIMIT = 1000
 _FIRED_BY = re.compile(r"fired by patch (\S+) ")
+RESTING_MAX = 60.0  # the longest a lane rests after overruns in a row
+LANE_IDLE_SECONDS = 300.0  # a lane's worker not used this long is stopped (its memory given back)
 HISTORY_DELAY = 0.05  # seconds the background writer gathers immediate firings before writing them
 
 
@@ -269,6 +279,54 @@ class _Cascade:
     failure: LucidError | None = None  # a failure deeper in the cascade (raised where it returns)
 
 
+class _Lane:
+    """One party's rules (or the operator's): the worker that evaluates them, holding the
+    graphs they read; the store changes it has yet to take; how its last evaluations went."""
+
+    def __init__(self, name: str, replica: RulesReplica) -> None:
+        self.name = name
+        self.replica = replica
+        self.pending: list[StoreChange] = []
+        self.pending_lock = threading.Lock()
+        self.overruns = 0  # evaluations in a row that overran the budget
+        self.resting_until = 0.0  # monotonic: its rules are not evaluated before
+        self.used = time.monotonic()
+
+    def resting(self) -> str:
+        """Why its rules are not evaluated now, or ''."""
+        wait = self.resting_until - time.monotonic()
+        if wait <= 0:
+            return ""
+        return (f"not evaluated: its owner's rules overran the time budget {self.overruns} times in a row "
+                f"(LUCID_RULES_BUDGET); they are tried again in {wait:.0f} s")
+
+    def overran(self) -> None:
+        self.overruns += 1
+        self.resting_until = time.monotonic() + min(RESTING_MAX, 2.0 ** (self.overruns - 1))
+
+    def caught_up(self, graphs: Iterable[str]) -> list[StoreChange]:
+        """The worker holds `graphs`, as the store holds them now, but for the changes returned:
+        the next patches of held graphs, which the next firing carries to the worker (one call,
+        not one per change). Anything else (a drop, a gap) is applied now."""
+        replica = self.replica
+        with self.pending_lock:
+            pending, self.pending = self.pending, []
+        carried: list[StoreChange] = []
+        for change in pending:
+            if replica.next_change(change, after=carried):
+                carried.append(change)
+            else:
+                replica.carry(carried)
+                carried = []
+                replica.apply(change)
+        replica.ensure(set(graphs))
+        return carried
+
+
+def _lane_name(owner: Owner) -> str:
+    return "" if owner.admin else owner.account
+
+
 class RuleEngine:
     """The rule set of one hub process and its firing."""
 
@@ -283,7 +341,10 @@ class RuleEngine:
         self.key = key
         self.leader = leader
         self.max_depth = settings.rules_max_depth
-        self.replica = RulesReplica(store, settings.query_memory_mb, settings.rules_budget)
+        self._parser = RulesReplica(store, settings.query_memory_mb, settings.rules_budget)  # holds no graphs
+        self._lanes: dict[str, _Lane] = {}  # by owner (lane_name)
+        self._lanes_lock = threading.Lock()
+        self._swept = time.monotonic()
         # Set by the runtime once the publisher exists (it calls back into this engine).
         self.publisher: Any = None
         self.allows: Callable[[Party, str, Any], bool] = lambda _party, _graph, _action: False
@@ -305,8 +366,6 @@ class RuleEngine:
         self._history_lock = threading.Lock()
         self._history_thread: threading.Thread | None = None
         self._deferred_lock = threading.Lock()
-        self._pending: list[StoreChange] = []
-        self._pending_lock = threading.Lock()
         self._local = threading.local()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -331,6 +390,8 @@ class RuleEngine:
 
     def refresh(self, every: float = REFRESH_SECONDS) -> None:
         """Load the rule set again if the rules graph moved (an edit here or in another process)."""
+        if time.monotonic() - self._swept > LANE_IDLE_SECONDS / 4:
+            self._sweep()
         if self._loaded and time.monotonic() - self._checked < every:
             return
         with self._refresh_lock:
@@ -349,14 +410,16 @@ class RuleEngine:
             if known is not None and known.text == text and known.owner == owner:
                 rules[iri] = known
                 continue
+            if known is not None and _lane_name(known.owner) != _lane_name(owner):
+                self._lane(known.owner).replica.forget(iri)  # (its owner changed: another lane)
             try:
-                rule, reads, text = rule_from_json(self.replica.register(iri, text, None))
+                rule, reads, text = rule_from_json(self._lane(owner).replica.register(iri, text, None))
             except (Refusal, BudgetExceeded, ValueError) as exc:  # stored by an older version, say
                 log.error("rule <%s> cannot be loaded, it stays off: %s", iri, exc)
                 continue
             rules[iri] = Registered(rule, reads, owner, text)
         for iri in set(self._rules) - set(rules):
-            self.replica.forget(iri)
+            self._lane(self._rules[iri].owner).replica.forget(iri)
         immediate: dict[str, list[Registered]] = {}
         for reg in rules.values():
             if reg.rule.coupling == "immediate" and reg.rule.action == "update":
@@ -371,7 +434,7 @@ class RuleEngine:
         self._locks_for = _closures(immediate)
         self._head = head
         self._loaded = True
-        self.replica.unused_graphs({g for r in rules.values() for g in r.reads})
+        self._trim_lanes(rules.values())
         if self.leader:
             self._start_cursors(self._deferred)
         self._wake.set()
@@ -395,7 +458,7 @@ class RuleEngine:
     def parse(self, text: str) -> list[tuple[Rule, tuple[str, ...], str]]:
         """The rules of a rule file (parsed in the worker: SPARQL is never parsed here)."""
         try:
-            return [rule_from_json(data) for data in self.replica.parse(text)]
+            return [rule_from_json(data) for data in self._parser.parse(text)]
         except Refusal as refusal:
             raise RuleSyntaxError(refusal.message) from None
         except BudgetExceeded:
@@ -491,6 +554,49 @@ class RuleEngine:
         self.refresh(every=0)
 
     # --- firing: immediate -------------------------------------------------------------------
+    # --- lanes ---------------------------------------------------------------------------------
+    def _lane(self, owner: Owner) -> _Lane:
+        name = _lane_name(owner)
+        with self._lanes_lock:
+            lane = self._lanes.get(name)
+            if lane is None:
+                replica = RulesReplica(self.store, self.settings.query_memory_mb, self.settings.rules_budget)
+                lane = self._lanes[name] = _Lane(name, replica)
+            return lane
+
+    def _trim_lanes(self, rules: Iterable[Registered]) -> None:
+        """Each lane holds the graphs its owner's rules read; a lane without rules is closed."""
+        needed: dict[str, set[str]] = {}
+        for reg in rules:
+            needed.setdefault(_lane_name(reg.owner), set()).update(reg.reads)
+        with self._lanes_lock:
+            gone = [self._lanes.pop(name) for name in set(self._lanes) - set(needed)]
+            kept = list(self._lanes.values())
+        for lane in gone:
+            lane.replica.close()
+        for lane in kept:
+            lane.replica.unused_graphs(needed[lane.name])
+
+    def _sweep(self) -> None:
+        """Stop the workers of lanes idle for LANE_IDLE_SECONDS (their graphs are loaded
+        again at their next firing)."""
+        self._swept = time.monotonic()
+        with self._lanes_lock:
+            idle = [lane for lane in self._lanes.values() if self._swept - lane.used > LANE_IDLE_SECONDS]
+        for lane in idle:
+            if lane.replica.lock.acquire(blocking=False):  # (one firing now: not idle after all)
+                try:
+                    lane.replica.close()
+                finally:
+                    lane.replica.lock.release()
+
+    def lanes(self) -> dict[str, dict[str, Any]]:
+        """Each lane's state (for the metrics and the console): '' is the operator's."""
+        with self._lanes_lock:
+            lanes = list(self._lanes.values())
+        return {lane.name: {"overruns": lane.overruns, "resting": bool(lane.resting()),
+                            "worker": lane.replica._worker is not None} for lane in lanes}
+
     def locks_for(self, graph: str) -> frozenset[str]:
         """The graphs an immediate cascade from a patch of `graph` can write, with `graph`
         itself (empty when no immediate rule reacts to it): locked with it."""
@@ -502,26 +608,10 @@ class RuleEngine:
         # Under the store's writer lock: only note it (the replica takes it before the next firing).
         if change.graph in self._immediate:
             self._last[change.graph] = change
-        if self.replica.holds(change.graph):
-            with self._pending_lock:
-                self._pending.append(change)
-
-    def _catch_up(self, graphs: Iterable[str]) -> list[StoreChange]:
-        """The replica holds `graphs`, as the store holds them now, but for the changes returned:
-        the next patches of held graphs, which the next firing carries to the worker (one call,
-        not one per change). Anything else (a drop, a gap) is applied now."""
-        with self._pending_lock:
-            pending, self._pending = self._pending, []
-        carried: list[StoreChange] = []
-        for change in pending:
-            if self.replica.next_change(change, after=carried):
-                carried.append(change)
-            else:
-                self.replica.carry(carried)
-                carried = []
-                self.replica.apply(change)
-        self.replica.ensure(set(graphs))
-        return carried
+        for lane in list(self._lanes.values()):
+            if lane.replica.holds(change.graph):
+                with lane.pending_lock:
+                    lane.pending.append(change)
 
     def on_patch(self, patch: Patch) -> None:
         """React to an archived and applied patch (the publisher calls it under the write locks
@@ -749,11 +839,21 @@ class RuleEngine:
         return ""
 
     def _evaluate(self, reg: Registered, graph: str, removed: list[str], added: list[str]) -> dict[str, Any]:
+        """The rule's event and condition on a change of `graph`, in its owner's lane."""
+        lane = self._lane(reg.owner)
+        resting = lane.resting()
+        if resting:
+            self.metrics.rules_rested.inc()
+            raise RuleFailed(reg.rule.iri, resting)
         started = time.perf_counter()
         try:
-            carried = self._catch_up(reg.reads)
-            return self.replica.fire(reg.rule.iri, graph, removed, added, carried)
+            with lane.replica.lock:  # (one firing at a time in a lane: its pending changes in order)
+                lane.used = time.monotonic()
+                answer = lane.replica.fire(reg.rule.iri, graph, removed, added, lane.caught_up(reg.reads))
+            lane.overruns = 0
+            return answer
         except BudgetExceeded:
+            lane.overran()
             raise RuleFailed(reg.rule.iri, "its evaluation overran the time budget of "
                                            f"{self.settings.rules_budget:g} s (LUCID_RULES_BUDGET)") from None
         except Refusal as refusal:
@@ -771,7 +871,7 @@ class RuleEngine:
             if graph not in writes or self.read_only(graph):
                 raise RuleFailed(reg.rule.iri, f"its action wrote <{graph}>, which it may not")
             removed = self.store.published(graph, edit["removed"])
-            graph_edit = GraphEdit(self.replica.version(graph), removed, edit["added"])
+            graph_edit = GraphEdit(self._lane(reg.owner).replica.version(graph), removed, edit["added"])
             changes[graph] = _computer(graph, graph_edit, self.canonicalizer)
             versions[graph] = graph_edit.version
         return list(self.publisher.publish_all(changes, versions, author=f"rule <{reg.rule.iri}>"[:512],
@@ -858,7 +958,11 @@ class RuleEngine:
         self._stopping.set()
         self._wake.set()
         self.flush_history()
-        self.replica.close()
+        self._parser.close()
+        with self._lanes_lock:
+            lanes = list(self._lanes.values())
+        for lane in lanes:
+            lane.replica.close()
 
     def round(self) -> bool:
         """A round of the role: the rules as the rules graph says now, then one batch of

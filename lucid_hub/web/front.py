@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,13 +71,15 @@ class Limits:
     auth_seconds: float = 10.0  # a WebSocket opened without a token authenticates within this
     max_body_bytes: int = 64 * 1024 * 1024
     poll_threads: int = 4  # the push bulkhead: reads for channels and sockets
+    requests_per_client: int = 2  # requests of one client on request threads at once
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
         return cls(total=settings.push_max_connections, per_address=settings.push_per_address,
                    per_client=settings.push_per_client, send_seconds=settings.push_send_seconds,
                    body_seconds=settings.body_seconds, auth_seconds=settings.push_auth_seconds,
-                   max_body_bytes=settings.max_body_bytes, poll_threads=settings.push_threads)
+                   max_body_bytes=settings.max_body_bytes, poll_threads=settings.push_threads,
+                   requests_per_client=settings.requests_per_client or max(1, settings.web_threads // 4))
 
 
 class Admission:
@@ -257,6 +259,14 @@ class Polls:
                 future.set_result(value)
 
 
+class _Turns:
+    """One client's requests on request threads: at most `at_once` of them at a time."""
+
+    def __init__(self, at_once: int) -> None:
+        self.gate = asyncio.Semaphore(at_once)
+        self.users = 0  # its requests on threads or waiting for one
+
+
 class _Cut(Exception):
     """The client did not take a part of the answer in time, or went away."""
 
@@ -357,6 +367,8 @@ class Front:
         self._ticker: asyncio.Task[None] | None = None
         self._wheel: dict[int, set[_Waiter]] = {}  # second -> channels due then
         self._held: dict[bytes, float] = {}  # a client refused with Retry-After -> until when (loop time)
+        self._turns: dict[bytes, _Turns] = {}  # a client with requests on threads -> its turns
+        self.queued = 0  # requests that waited for their client's turn
         self.holds = 0
         runtime.metrics.watch(self.metrics)
 
@@ -373,7 +385,10 @@ class Front:
         held = CounterMetricFamily("lucid_requests_held", "Requests held at the front because their client asked "
                                    "again before the Retry-After of a 429 it was given.")
         held.add_metric([], self.holds)
-        return [open_, refused, cut, held]
+        queued = CounterMetricFamily("lucid_requests_queued", "Requests that waited at the front for a turn of "
+                                     "their client (LUCID_REQUESTS_PER_CLIENT of its requests were on threads).")
+        queued.add_metric([], self.queued)
+        return [open_, refused, cut, held, queued]
 
     # --- the ASGI entry -------------------------------------------------------------------------
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
@@ -493,7 +508,8 @@ class Front:
         environ[push.SLOT] = slot
         call = _Call(loop, send, self.limits.send_seconds)
         try:
-            await loop.run_in_executor(self.requests, call.run, self.app, environ)
+            async with self._turn(client):
+                await loop.run_in_executor(self.requests, call.run, self.app, environ)
         except RuntimeError:  # the pool is shut down: the server is stopping
             await _text(send, 503, "the hub is stopping; try again shortly", {"Retry-After": "5"})
             return
@@ -508,6 +524,28 @@ class Front:
             await call.finish()
         if call.cut:
             self.cut_off += 1
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, client: bytes | None) -> AsyncIterator[None]:
+        """A request thread for this client's request once fewer than LUCID_REQUESTS_PER_CLIENT
+        of its requests hold one (the per-party bulkhead of the request threads: a partner
+        sending many at once waits for itself, not the others). Without credentials, none."""
+        if client is None:
+            yield
+            return
+        turns = self._turns.get(client)
+        if turns is None:
+            turns = self._turns[client] = _Turns(self.limits.requests_per_client)
+        turns.users += 1
+        try:
+            if turns.gate.locked():
+                self.queued += 1
+            async with turns.gate:
+                yield
+        finally:
+            turns.users -= 1
+            if not turns.users:
+                del self._turns[client]
 
     def _hold(self, client: bytes, headers: list[tuple[bytes, bytes]], now: float) -> None:
         """Remember a client refused with Retry-After: its next requests wait until then."""
