@@ -7,9 +7,10 @@ row of `leases`, for `seconds`, and renews it every third of that. It holds it u
 directory's name (runtime.replica_id), so that the same directory's next candidate — after a
 crash, a restart — takes it over at once. A holder that cannot renew stops relaying when its
 margin runs out; one that finds another holder has taken it (after a stall or a partition)
-stops at once (`on_loss`: under `serve`, the process exits and is
-started again, as Kubernetes' leader election does — the roles' threads are not unwound in
-place; a database that does not answer only pauses the relay, whose appends check the lease).
+stops at once (`renew` says "lost": under `serve`, the process exits and is started again, as
+Kubernetes' leader election does — the roles' threads are not unwound in place; a database
+that does not answer only pauses the relay, whose appends check the lease). The renewals are
+a role of the process's supervisor (`Runtime._keep_lease`, every third of the lease).
 When the holder dies the lease runs out, and a waiting candidate takes it within
 `seconds` plus a third: the default 10 s hands over within 15 s. A holder that stops cleanly
 ends its lease at once, so a rolling update hands over without waiting.
@@ -25,9 +26,8 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
-from collections.abc import Callable
+from typing import Literal
 
 from sqlalchemy import case, or_, select, update
 
@@ -37,6 +37,7 @@ from lucid_hub.db.session import Database
 log = logging.getLogger(__name__)
 # The share of a lease its holder does not count on (clock skew, a slow renewal).
 MARGIN = 0.2
+Change = Literal["gained", "lost"] | None
 
 
 class Leadership:
@@ -50,12 +51,6 @@ class Leadership:
         self.epoch = 0  # of the lease while this process holds it
         self._valid_until = 0.0  # monotonic
         self._was_held = False
-        # Called on the election's thread: on taking the lease after waiting for it, and on
-        # losing it (with the reason). Until someone sets them, a process only keeps what it holds.
-        self.on_gain: Callable[[], None] | None = None
-        self.on_loss: Callable[[str], None] = lambda reason: log.error("leadership lost: %s", reason)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def held(self) -> bool:
@@ -85,8 +80,8 @@ class Leadership:
         return True
 
     def release(self) -> None:
-        """End this process's lease now (a clean stop): another candidate takes it at its next look."""
-        self.stop()
+        """End this process's lease now (a clean stop, after its renewals ended): another
+        candidate takes it at its next look."""
         if not self._was_held:
             return
         self._valid_until = 0.0
@@ -98,38 +93,32 @@ class Leadership:
         except Exception as exc:  # it runs out by itself
             log.warning("could not end the leadership lease: %s", exc)
 
-    def start(self, *, acquired: bool) -> None:
-        """Keep the lease (renew it) and, with `on_gain` set, wait for it when another holds it."""
-        self._was_held = acquired
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="leadership", daemon=True)
-            self._thread.start()
+    def acquire(self) -> bool:
+        """At the process's start: take the lease if it is free (`try_acquire`), and count it
+        as held from now on; whether it was taken."""
+        self._was_held = self.try_acquire()
+        return self._was_held
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
-        self._thread = None
+    def renew(self, *, take: bool) -> Change:
+        """One round of the election (every third of the lease): renew the lease this process
+        holds, or with `take`, take it when it is free; "gained" or "lost" when that changed.
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.seconds / 3):
-            if not self._was_held and self.on_gain is None:
-                continue  # not a process that takes roles over (a command's short run)
-            try:
-                holding = self.try_acquire()
-            except Exception as exc:
-                # The database does not answer (or is busy): `held` runs out with the margin, which
-                # stops the relay; the roles are given up only once the database says another
-                # process holds the lease (the roles' work goes through the database anyway).
-                log.warning("leadership lease not renewed: %s", exc)
-                continue
-            if holding and not self._was_held:
-                self._was_held = True
-                log.info("leadership taken (epoch %d, holder %s)", self.epoch, self.holder)
-                if self.on_gain is not None:  # on a thread of its own: taking roles over can take
-                    # longer than a renewal may wait (a mirror catching up)
-                    threading.Thread(target=self.on_gain, name="leadership-gained", daemon=True).start()
-            elif self._was_held and not holding:
-                self._was_held = False
-                self.on_loss("another process holds the lease, or it ran out before it could be renewed")
+        A database that does not answer (or is busy) changes nothing: `held` runs out with the
+        margin, which stops the relay; the lease is given up only once the database says
+        another process holds it (the roles' work goes through the database anyway). So a
+        round never fails, and its rhythm is never stretched by a back-off."""
+        if not self._was_held and not take:
+            return None  # not a process that takes roles over (a command's short run)
+        try:
+            holding = self.try_acquire()
+        except Exception as exc:
+            log.warning("leadership lease not renewed: %s", exc)
+            return None
+        if holding and not self._was_held:
+            self._was_held = True
+            log.info("leadership taken (epoch %d, holder %s)", self.epoch, self.holder)
+            return "gained"
+        if self._was_held and not holding:
+            self._was_held = False
+            return "lost"
+        return None

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,22 +89,21 @@ class Runtime:
     # leader's) and start_following (every process's).
     roles: Supervisor = field(default_factory=Supervisor)
     metrics_listener: WSGIServer | None = None  # the LUCID_METRICS_PORT listener, once start_metrics_listener() ran
+    # What a process that lost the leadership does after it stopped relaying (under `serve`:
+    # it exits, and is started again as a follower; server.py).
+    on_lost_leadership: Callable[[str], None] | None = None
+    serving: bool = False  # start() ran: a candidate waits to take the roles over
 
-    def _wire_rules(self) -> None:
-        """The rule engine and the publisher call each other: the publisher locks what a
-        cascade can write and lets the engine react to each archived patch."""
-        rules = self.rules
-        rules.publisher = self.publisher
-        rules.allows = self.policies.allows
-        rules.read_only = self.publisher.read_only
-        rules.callback_prefixes = self._callback_prefixes
-        self.publisher.locks_for = rules.locks_for
-        self.publisher.react = rules.on_patch
-        self.publisher.will_react = rules.will_react
-
-    def _callback_prefixes(self, owner: Any) -> list[str]:
-        client = self.clients.get(owner.endpoint_id)
-        return list(client.callback_prefixes) if client is not None else []
+    def _keep_lease(self) -> None:
+        """The role `leadership`: renew the lease; where the hub serves, take it when it is free
+        (and the roles with it, on a thread of their own: a mirror catching up can take longer
+        than a renewal may wait); on losing it, resign."""
+        assert self.leadership is not None
+        change = self.leadership.renew(take=self.serving)
+        if change == "gained":
+            self.roles.once("take-over", self.lead)
+        elif change == "lost":
+            self._resign("another process holds the lease, or it ran out before it could be renewed")
 
     @property
     def relay_interval(self) -> float:
@@ -120,8 +119,7 @@ class Runtime:
         self.start_delivery(self.settings.deliver_in_process)
         self.start_following()
         self.start_roles()
-        if self.leadership is not None:
-            self.leadership.on_gain = self.lead  # a candidate waits to take them over
+        self.serving = True  # a candidate waits to take the leader's roles over
         if self.candidate:
             self.start_metrics_listener()
 
@@ -151,11 +149,13 @@ class Runtime:
         self.start_roles()
 
     def _resign(self, reason: str) -> None:
-        """The lease is lost: stop relaying at once (the roles' threads go with the process
-        under `serve`, which exits; see server.py)."""
+        """The lease is lost: stop relaying at once, then `on_lost_leadership` (the roles'
+        threads go with the process under `serve`, which exits; see server.py)."""
         log.error("leadership lost: %s", reason)
         self.leader = False
         self.publisher.relay_enabled = False
+        if self.on_lost_leadership is not None:
+            self.on_lost_leadership(reason)
 
     def start_following(self, interval: float = 1.0) -> None:
         """Keep this process's store at most about `interval` behind the archive (other
@@ -175,10 +175,12 @@ class Runtime:
         """Report subscriptions in the metrics; `run` starts delivering in the background."""
         self.metrics.watch(lambda: subscription_metrics(self.hub.subscriptions()))
         if run:
-            self.delivery.start()
+            self.delivery.start(self.roles)
+            self.roles.start()
 
     @classmethod
-    def open(cls, settings: Settings, *, repair: bool = True) -> Runtime:
+    def open(cls, settings: Settings, *, repair: bool = True,
+             on_lost_leadership: Callable[[str], None] | None = None) -> Runtime:
         """Open everything; upgrade the schema; generate keys at first start; repair.
 
         Processes of one data directory start one after the other (a file lock): schema
@@ -187,10 +189,10 @@ class Runtime:
         candidate for the deployment's leadership, and leads if it can take the lease."""
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         with _startup_lock(settings.data_dir):
-            return cls._open(settings, repair)
+            return cls._open(settings, repair, on_lost_leadership)
 
     @classmethod
-    def _open(cls, settings: Settings, repair: bool) -> Runtime:
+    def _open(cls, settings: Settings, repair: bool, on_lost_leadership: Callable[[str], None] | None) -> Runtime:
         db = Database(settings.db_url)
         db.upgrade()
         try:
@@ -201,7 +203,7 @@ class Runtime:
         leadership = Leadership(db, settings.leader_lease_seconds, holder=replica_id(settings.data_dir)) \
             if slot == 0 else None
         try:
-            leader = leadership is not None and leadership.try_acquire()
+            leader = leadership is not None and leadership.acquire()
         except BaseException:
             store.close()
             db.dispose()
@@ -225,6 +227,8 @@ class Runtime:
                               lock_dir=settings.data_dir / "locks" if settings.web_workers > 1 else None,
                               patch_format=settings.patch_format, read_only=mirrored, announce=stream.announce,
                               relay=leader,  # one relay keeps each graph's order in the log
+                              # a holder past its lease appends nothing
+                              may_relay=(lambda: leadership.held) if leadership is not None else None,
                               group_commit=settings.group_commit,
                               db_locks=DatabaseLocks(db.engine) if settings.publish_db_lock and db.engine.dialect.name
                               == "postgresql" else None)
@@ -236,24 +240,35 @@ class Runtime:
                              metrics=metrics)
         hub = WebSubHub(settings, db, archive, notices, on_subscribed=delivery.subscribed)
         queries = QueryService(settings, db, store, policies, tokens, publisher.sync_all, evaluates=leader)
-        runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, ClientRegistry(db),
+        clients = ClientRegistry(db)
+
+        def callback_prefixes(owner: Any) -> list[str]:
+            client = clients.get(owner.endpoint_id)
+            return list(client.callback_prefixes) if client is not None else []
+
+        # The rule engine and the publisher call each other: the publisher locks what a cascade
+        # can write and lets the engine react to each archived patch (the one cycle of the
+        # parts, closed here once).
+        rules = RuleEngine(settings, db, archive, store, canonicalizer, metrics, key, leader=leader,
+                           publisher=publisher, allows=policies.allows, read_only=mirrored,
+                           callback_prefixes=callback_prefixes)
+        publisher.react_with(rules)
+        runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, clients,
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
                       hub, delivery, queries, WindowService(settings, db, publisher, policies, tokens,
                                                             _window_engine(settings, store), canonicalizer,
-                                                            evaluates=leader, trial=_window_engine(settings, store)),
+                                                            evaluates=leader, trial=_window_engine(settings, store),
+                                                            on_written=queries.notify_channels),
                       StreamIndex(archive, canonicalizer, settings.stream_graphs),
                       Inbox(db, lambda ident: notification_url(settings.public_url, ident),
                             max_bytes=settings.inbox_max_bytes, per_minute=settings.inbox_rate,
                             poll=stream.poll),
-                      RuleEngine(settings, db, archive, store, canonicalizer, metrics, key, leader=leader),
-                      leader=leader, candidate=slot == 0, leadership=leadership)
+                      rules, leader=leader, candidate=slot == 0, leadership=leadership,
+                      on_lost_leadership=on_lost_leadership)
         if leadership is not None:
-            publisher.may_relay = lambda: leadership.held  # a holder past its lease appends nothing
-            leadership.on_loss = runtime._resign
-            leadership.start(acquired=leader)
-        runtime.windows.on_written = runtime.queries.notify_channels  # WebSockets observe both
-        runtime._wire_rules()
+            runtime.roles.add("leadership", runtime._keep_lease, every=settings.leader_lease_seconds / 3)
+            runtime.roles.start()
         metrics.watch(runtime.roles.metrics)
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
         metrics.watch(lambda: mirror_metrics(list_mirrors(db)))

@@ -111,8 +111,7 @@ def _free(host: str, port: int, setting: str) -> None:
 def _serve_werkzeug(settings: Settings) -> None:
     from werkzeug.serving import make_server
 
-    runtime = Runtime.open(settings)
-    _exit_on_lost_leadership(runtime)
+    runtime = Runtime.open(settings, on_lost_leadership=_exit_process)
     httpd = make_server(settings.host, settings.port, create_app(settings, runtime), threaded=True)
     runtime.start()
     gcpause.freeze_startup()
@@ -131,8 +130,7 @@ def _serve_werkzeug(settings: Settings) -> None:
 def _serve_uvicorn(settings: Settings) -> None:
     import uvicorn
 
-    runtime = Runtime.open(settings)
-    _exit_on_lost_leadership(runtime)
+    runtime = Runtime.open(settings, on_lost_leadership=_exit_process)
     front = build_front(settings, runtime)
     server = _hub_server(uvicorn.Config(front, host=settings.host, port=settings.port, **server_options(settings)),
                          lambda: _end_streams(runtime, front))
@@ -222,11 +220,10 @@ def _serve_gunicorn(settings: Settings) -> None:
             # In the worker: open the runtime there, after the fork. With several workers the
             # leader's relay looks at the outbox often: the others' publishes wait for it.
             try:
-                self.runtime = Runtime.open(settings)
+                self.runtime = Runtime.open(settings, on_lost_leadership=_exit_process)
             except LucidError as exc:  # one line, not gunicorn's traceback; 3: gunicorn stops ("failed to boot")
                 log.error("cannot start: %s", exc)
                 raise SystemExit(3) from None
-            _exit_on_lost_leadership(self.runtime)
             front = build_front(settings, self.runtime)
             self.runtime.start()
             gcpause.freeze_startup()
@@ -239,22 +236,14 @@ def _serve_gunicorn(settings: Settings) -> None:
     HubApplication().run()
 
 
-def _exit_on_lost_leadership(runtime: Runtime) -> None:
+def _exit_process(reason: str) -> None:
     """A leader that lost its lease exits (after it stopped relaying), and is started again as
     a follower (gunicorn starts a new worker; a lone process, its container): the leader's
     threads are not unwound in place (lucid_hub.leadership)."""
-    if runtime.leadership is None:
-        return
-    resign = runtime.leadership.on_loss
-
-    def lost(reason: str) -> None:
-        resign(reason)
-        log.critical("exiting: this process lost the leadership (%s); it starts again as a follower", reason)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(LOST_LEADERSHIP_EXIT)
-
-    runtime.leadership.on_loss = lost
+    log.critical("exiting: this process lost the leadership (%s); it starts again as a follower", reason)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(LOST_LEADERSHIP_EXIT)
 
 
 def _child_exit(_arbiter: Any, worker: Any) -> None:

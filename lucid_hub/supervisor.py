@@ -97,6 +97,17 @@ class Supervisor:
         role.up = True
         role._thread.start()
 
+    def once(self, name: str, work: Callable[[], None]) -> None:
+        """Run `work` once on a thread of its own (a hand-over that may take longer than the
+        role that asks for it may wait); a failure is logged."""
+        def run() -> None:
+            try:
+                work()
+            except Exception:
+                log.exception("%s failed", name)
+
+        threading.Thread(target=run, name=f"once-{name}", daemon=True).start()
+
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every role: each ends after the round in hand; then its `on_stop` runs."""
         self._stop.set()

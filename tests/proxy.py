@@ -12,13 +12,10 @@ import itertools
 import json
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
-from lucid_hub.tools.loopback import free_port
-
-HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-encoding")
+from lucid_hub.tools.loopback import Relay, free_port, serve_http
 
 
 class LoopbackProxy:
@@ -35,13 +32,13 @@ class LoopbackProxy:
         self.next_link: str | None = None  # set: archive pages' "next" point there (a hostile publisher)
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Relay):
             protocol_version = "HTTP/1.1"
 
             def log_message(self, *args: object) -> None:
                 pass
 
-            def _forward(self, method: str) -> None:
+            def forward(self, method: str) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
                 if method == "POST" and proxy.alter_next.is_set() and b'"' in body:
                     proxy.alter_next.clear()
@@ -69,27 +66,9 @@ class LoopbackProxy:
                     page = json.loads(content)
                     page["next"] = proxy.next_link
                     content = json.dumps(page).encode()
-                self.send_response(answer.status_code)
-                for key, value in answer.headers.items():
-                    if key.lower() not in HOP_BY_HOP:
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
+                self.answer(answer.status_code, answer.headers, content)
 
-            def do_GET(self) -> None:
-                self._forward("GET")
-
-            def do_POST(self) -> None:
-                self._forward("POST")
-
-            def do_HEAD(self) -> None:
-                self._forward("HEAD")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.server, self.thread = serve_http(self.port, Handler)
 
     def close(self) -> None:
         self.released.set()

@@ -4,7 +4,6 @@ clean stop hands it over at once; the same data directory's next candidate resum
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -45,24 +44,18 @@ def test_one_holder_and_a_new_epoch_when_a_lease_runs_out(db_url: str) -> None:
 
 def test_a_holder_that_finds_its_lease_taken_gives_up_and_a_waiting_one_takes_over(db_url: str) -> None:
     db = database(db_url)
-    lost: list[str] = []
-    gained = threading.Event()
     a, b = Leadership(db, 0.3, holder="a"), Leadership(db, 0.3, holder="b")
     try:
-        assert a.try_acquire()
-        a.on_loss = lost.append
-        a.start(acquired=True)
-        b.on_gain = gained.set
-        b.start(acquired=b.try_acquire())
-        assert not b.held
-        a.stop()  # a stalls: it renews no more, and its lease runs out
-        assert gained.wait(10) and b.held and b.epoch == 2
-        a.start(acquired=True)  # a wakes up: its next look finds the lease taken
-        wait_until(lambda: bool(lost), 10, "the old holder to give up")
-        assert not a.held
+        assert a.acquire() and not b.acquire()
+        assert b.renew(take=True) is None and not b.held  # a holds it
+        assert a.renew(take=False) is None and a.held  # renewed
+        # a stalls (renews no more): its lease runs out, and the waiting candidate takes it
+        wait_until(lambda: b.renew(take=True) == "gained", 10, "the waiting candidate to take the lease")
+        assert b.held and b.epoch == 2
+        assert b.renew(take=True) is None  # held, nothing changed
+        assert a.renew(take=False) == "lost" and not a.held  # a wakes up: its next round finds it taken
+        assert a.renew(take=False) is None  # said once
     finally:
-        a.stop()
-        b.stop()
         db.dispose()
 
 
@@ -70,10 +63,21 @@ def test_a_clean_stop_ends_the_lease_at_once(db_url: str) -> None:
     db = database(db_url)
     try:
         a, b = Leadership(db, 30, holder="a"), Leadership(db, 30, holder="b")
-        assert a.try_acquire()
-        a.start(acquired=True)
+        assert a.acquire()
         a.release()
         assert b.try_acquire() and b.epoch == 2
+    finally:
+        db.dispose()
+
+
+def test_a_process_that_does_not_take_roles_over_only_keeps_what_it_holds(db_url: str) -> None:
+    db = database(db_url)
+    try:
+        a, command = Leadership(db, 30, holder="a"), Leadership(db, 30, holder="command")
+        assert a.acquire() and not command.acquire()
+        run_out(db)  # a died: the lease is free
+        assert command.renew(take=False) is None and not command.held  # a command's short run takes nothing
+        assert command.renew(take=True) == "gained" and command.held  # what a serving candidate does
     finally:
         db.dispose()
 
@@ -96,25 +100,27 @@ def test_a_data_directory_keeps_its_name_across_restarts(tmp_path: Path, db_url:
 
 def test_a_database_that_does_not_answer_pauses_the_relay_but_does_not_end_the_leadership(db_url: str) -> None:
     db = database(db_url)
-    lost: list[str] = []
     a = Leadership(db, 0.3, holder="a")
     try:
-        assert a.try_acquire()
-        looks = threading.Event()
+        assert a.acquire()
+        looks: list[bool] = []
 
         def unreachable() -> bool:
-            looks.set()
+            looks.append(True)
             raise ConnectionError("the database does not answer")
 
         a.try_acquire = unreachable  # type: ignore[method-assign]
-        a.on_loss = lost.append
-        a.start(acquired=True)
-        wait_until(lambda: looks.is_set() and not a.held, 10, "the margin to run out")
-        assert lost == []  # the relay checks `held`; the roles wait for the database's word
+        changes = []
+
+        def renewed_and_run_out() -> bool:
+            changes.append(a.renew(take=False))
+            return not a.held
+
+        wait_until(renewed_and_run_out, 10, "the margin to run out")
+        assert looks and set(changes) == {None}  # the relay checks `held`; the roles wait for the database's word
         del a.try_acquire  # it answers again: someone else took the lease meanwhile
         with db.write() as c:
             c.execute(update(Lease).values(holder="b", expires_at=time.time() + 60))
-        wait_until(lambda: bool(lost), 10, "the leadership to end")
+        assert a.renew(take=False) == "lost"
     finally:
-        a.stop()
         db.dispose()

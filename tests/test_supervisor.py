@@ -5,6 +5,7 @@ and reported in the metrics; stop ends each role after the round in hand."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
@@ -128,3 +129,21 @@ def test_only_true_asks_for_another_round_at_once() -> None:
         rounds.wait_for(4)  # the third said True: the fourth came at once
     finally:
         supervisor.stop()
+
+
+def test_a_serving_hub_runs_its_loops_as_roles_and_reports_each(tmp_path: Path) -> None:
+    """Every loop of a serving leader is a role of its supervisor: the lease, delivery and its
+    watcher, the store follower and the leader's roles (the relay too, where a Kafka log needs
+    one), each up in `/metrics`; none is a thread of its own any more."""
+    import requests
+
+    from tests.conftest import running_hub
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
+        text = requests.get(f"{hub.url}/metrics", timeout=30).text
+        up = {line.split('"')[1] for line in text.splitlines()
+              if line.startswith("lucid_role_up{") and line.endswith(" 1.0")}
+        assert {"leadership", "websub-delivery", "websub-watch", "store-follower", "deferred-rules", "mirrors",
+                "windowed-queries"} <= up, up
+        names = {thread.name for thread in threading.enumerate()}
+        assert not names & {"leadership", "websub-delivery", "websub-watch", "leadership-gained"}, names

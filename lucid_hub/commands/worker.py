@@ -25,6 +25,7 @@ from lucid_hub.log import open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, serve_metrics
 from lucid_hub.policy.policy_graph import ArchivePolicies
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 GROUP = "lucid-hub-delivery"
@@ -60,7 +61,10 @@ def run_worker(settings: Settings, name: str | None = None, stop: threading.Even
         signal.signal(signal.SIGTERM, stopping)
         signal.signal(signal.SIGINT, stopping)
     log.info("delivery worker %s started", hub.worker_id)
-    hub.start()  # its own rounds: after each recorded batch (backlogs), retries, takeovers
+    roles = Supervisor()
+    hub.start(roles)  # its own rounds: after each recorded batch (backlogs), retries, takeovers
+    roles.start()
+    metrics.watch(roles.metrics)
     try:
         while not stop.is_set():
             alive[0] = time.monotonic()
@@ -74,6 +78,7 @@ def run_worker(settings: Settings, name: str | None = None, stop: threading.Even
             listener.shutdown()
             listener.server_close()
         consumer.close()
+        roles.stop()
         hub.stop()
         notices.stop()
         patch_log.close()

@@ -46,6 +46,7 @@ from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
 from lucid_hub.stream import PatchStream
+from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 BATCH = 100  # patches one subscription gets in a row before others have their turn
@@ -279,7 +280,7 @@ class Deliverer:
                                   user_agent="lucid-hub WebSub hub", http2=settings.delivery_http2)
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._generation = 0  # of the patch stream, as the role `websub-watch` last saw it
         self._in_flight: set[int] = set()  # claimed here, outcome not yet recorded
         self._lock = threading.Condition()
         self._expired_at = 0.0
@@ -298,22 +299,31 @@ class Deliverer:
         self._wake.set()
 
     # --- subscription requests ------------------------------------------------------
-    def _watch(self, stream: PatchStream) -> None:
-        """Follow the patch stream: a new patch wakes the deliverer if its graph has subscribers
-        (the set is refreshed every second, so other processes' subscriptions count too)."""
-        generation = stream.generation()
-        while not self._stop.is_set() and not stream.ended:
-            generation, graphs = stream.changes(generation, 1.0)
-            if graphs is None or not graphs.isdisjoint(self._subscribed):
-                self._wake.set()
+    def _watch(self) -> bool:
+        """A round of the role `websub-watch`: wait a second at most for the patch stream to move;
+        a new patch wakes the deliverer if its graph has subscribers (the set is refreshed every
+        second, so other processes' subscriptions count too). Always more to watch."""
+        stream = self.stream
+        if stream is None or stream.ended or self._stop.is_set():
+            return False
+        self._generation, graphs = stream.changes(self._generation, 1.0)
+        if graphs is None or not graphs.isdisjoint(self._subscribed):
+            self._wake.set()
+        return True
 
     # --- delivery -------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="websub-delivery", daemon=True)
-            self._thread.start()
-            if self.stream is not None:
-                threading.Thread(target=self._watch, args=(self.stream,), name="websub-watch", daemon=True).start()
+    def start(self, roles: Supervisor) -> None:
+        """Deliver in the background: the roles `websub-delivery` (a round when woken, at least
+        every second) and `websub-watch` (which wakes it when a subscribed graph moves)."""
+        if roles.role("websub-delivery") is not None:
+            return
+        roles.add("websub-delivery", self._round, every=1.0, backoff_max=5.0, wake=self._wake)
+        if self.stream is not None:
+            self._generation = self.stream.generation()
+            roles.add("websub-watch", self._watch, every=1.0, backoff_max=5.0)
+
+    def _round(self) -> None:
+        self.deliver_due()
 
     def drain(self) -> None:
         """Start no more deliveries: each task stops after its POST in flight (which is then
@@ -322,9 +332,9 @@ class Deliverer:
         self._wake.set()
 
     def stop(self) -> None:
+        """After the roles stopped: the deliveries in flight finish and are recorded, and the
+        claims not started are released."""
         self.drain()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
         self.sender.stop()  # deliveries in flight finish (each after its POST in flight)
         self._recorder.stop()  # and are recorded
         try:  # what was claimed but not started is free for other processes at once
@@ -333,15 +343,6 @@ class Deliverer:
                              .values(claimed_by=None, claimed_until=None))
         except Exception:  # the claims run out by themselves
             log.exception("releasing this process's claims failed")
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.deliver_due()
-            except Exception:  # the loop survives a database hiccup; the next round retries
-                log.exception("delivery round failed")
-            self._wake.wait(1.0)
-            self._wake.clear()
 
     def deliver_due(self) -> list[int]:
         """Start a delivery round: the subscriptions with something due that no process is

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lucid_hub import gcpause
 from lucid_hub.archive import Archive, Archiving, MirroredGraphError, Precondition, read_only
@@ -234,6 +234,14 @@ class GraphView:
         return bool(self.holding((statement,)))
 
 
+class Reactions(Protocol):
+    """What reacts to archived patches (the rule engine)."""
+
+    def locks_for(self, graph: str) -> frozenset[str]: ...
+    def on_patch(self, patch: Patch) -> None: ...
+    def will_react(self, patch: Patch) -> bool: ...
+
+
 class Publisher:
     """Versions the owned graphs of one hub."""
 
@@ -243,7 +251,8 @@ class Publisher:
                  lock_dir: Path | None = None, patch_format: int = CURRENT_FORMAT,
                  read_only: Callable[[str], bool] = lambda _graph: False,
                  announce: Callable[[Patch], None] = lambda _patch: None, relay: bool = True,
-                 group_commit: bool = True, db_locks: DatabaseLocks | None = None) -> None:
+                 group_commit: bool = True, db_locks: DatabaseLocks | None = None,
+                 may_relay: Callable[[], bool] | None = None) -> None:
         """`read_only` says which graphs change only through another hub (mirrors: local
         changes are refused); `announce` hears of each archived patch (the patch stream's
         announce: it must not raise or block); `relay`: this process moves outbox rows to
@@ -278,10 +287,10 @@ class Publisher:
         self._relay_enabled = relay
         # Whether this process may append to the log now (the leadership lease, checked before
         # each batch: a leader that stalled past its lease must not append after another).
-        self.may_relay: Callable[[], bool] = lambda: True
-        # Rules (rules/engine.py): the graphs a patch of a graph can make rules write, with the
-        # graph itself (empty: none), locked with it; and the reaction to each archived patch,
-        # called under those locks.
+        self.may_relay: Callable[[], bool] = may_relay or (lambda: True)
+        # Rules (rules/engine.py, bound by `react_with`): the graphs a patch of a graph can make
+        # rules write, with the graph itself (empty: none), locked with it; and the reaction to
+        # each archived patch, called under those locks.
         self.locks_for: Callable[[str], frozenset[str]] = lambda _graph: frozenset()
         self.react: Callable[[Patch], None] | None = None
         # Whether `react` will start a cascade of immediate rules for a patch: then a pending
@@ -814,6 +823,15 @@ class Publisher:
         self._relay_wanted.set()
         if self.relay_enabled:
             self._relay_now("stopping")
+
+    def react_with(self, reactions: Reactions) -> None:
+        """Let a rule engine react to each archived patch (once: the engine, built after this
+        publisher, writes through it, so the composition root closes that cycle here)."""
+        if self.react is not None:
+            raise RuntimeError("the publisher reacts with a rule engine already")
+        self.locks_for = reactions.locks_for
+        self.react = reactions.on_patch
+        self.will_react = reactions.will_react
 
     @property
     def relay_enabled(self) -> bool:

@@ -126,11 +126,13 @@ class WindowService:
 
     def __init__(self, settings: Settings, db: Database, publisher: Publisher, policies: PolicyService,
                  tokens: TokenService, engine: QueryEngine, canonicalizer: Canonicalizer, *, evaluates: bool,
-                 trial: QueryEngine | None = None, clock: Callable[[], float] = time.time) -> None:
-        """`engine` evaluates the windows that end; `trial` (else `engine`) a new query's check
-        on an empty window. Neither holds graphs (a window carries its data), so a worker
-        killed at a party's budget is back at once, and the continuous queries' worker,
-        which holds the followed graphs, is never the one killed."""
+                 trial: QueryEngine | None = None, clock: Callable[[], float] = time.time,
+                 on_written: Callable[[], None] = lambda: None) -> None:
+        """`on_written` hears of each window's results written (the WebSockets observe them).
+        `engine` evaluates the windows that end; `trial` (else `engine`) a new query's check on an
+        empty window. Neither holds graphs (a window carries its data), so a worker killed at a
+        party's budget is back at once, and the continuous queries' worker, which holds the followed
+        graphs, is never the one killed."""
         self.settings = settings
         self.db = db
         self.publisher = publisher
@@ -149,7 +151,7 @@ class WindowService:
         self._evaluating = threading.Lock()  # one evaluation round at a time (the thread, tests)
         self.webhooks = Webhooks(settings, db, self._messages, self._may_deliver, self._end, model=WindowedQuery,
                                  header="X-Lucid-Window", label=lambda row: str(row.name))
-        self.on_written: Callable[[], None] = lambda: None  # wakes the WebSocket observers (set by the runtime)
+        self.on_written = on_written  # wakes the WebSocket observers
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self, roles: Supervisor) -> None:

@@ -64,7 +64,7 @@ from lucid_hub.hub.callbacks import check_callback, parse_cidrs
 from lucid_hub.metrics import Metrics
 from lucid_hub.policy.engine import Party
 from lucid_hub.policy.policy_graph import archived_statements
-from lucid_hub.publish.publisher import FAULT_ENV
+from lucid_hub.publish.publisher import FAULT_ENV, Publisher
 from lucid_hub.queries.engine import BudgetExceeded, QueryEngine, Refusal
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
@@ -331,7 +331,14 @@ class RuleEngine:
     """The rule set of one hub process and its firing."""
 
     def __init__(self, settings: Settings, db: Database, archive: Archive, store: GraphStore,
-                 canonicalizer: Canonicalizer, metrics: Metrics, key: SigningKey, *, leader: bool) -> None:
+                 canonicalizer: Canonicalizer, metrics: Metrics, key: SigningKey, *, leader: bool,
+                 publisher: Publisher, allows: Callable[[Party, str, Any], bool] = lambda _p, _g, _a: False,
+                 read_only: Callable[[str], bool] = lambda _graph: False,
+                 callback_prefixes: Callable[[Owner], list[str]] = lambda _owner: []) -> None:
+        """`publisher` writes the rules' patches (and reacts with this engine: the runtime
+        binds the two); `allows` is the access conditions' word on a party, graph and action;
+        `read_only` the graphs no rule may write (mirrors); `callback_prefixes` where a party
+        may send webhooks."""
         self.settings = settings
         self.db = db
         self.archive = archive
@@ -345,11 +352,10 @@ class RuleEngine:
         self._lanes: dict[str, _Lane] = {}  # by owner (lane_name)
         self._lanes_lock = threading.Lock()
         self._swept = time.monotonic()
-        # Set by the runtime once the publisher exists (it calls back into this engine).
-        self.publisher: Any = None
-        self.allows: Callable[[Party, str, Any], bool] = lambda _party, _graph, _action: False
-        self.read_only: Callable[[str], bool] = lambda _graph: False
-        self.callback_prefixes: Callable[[Owner], list[str]] = lambda _owner: []
+        self.publisher = publisher
+        self.allows = allows
+        self.read_only = read_only
+        self.callback_prefixes = callback_prefixes
         self._last: dict[str, StoreChange] = {}  # each graph's last store change (store-form deltas)
         self._rules: dict[str, Registered] = {}
         self._immediate: dict[str, list[Registered]] = {}

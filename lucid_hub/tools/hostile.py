@@ -16,11 +16,11 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import requests
 
-from lucid_hub.tools.loopback import free_port
+from lucid_hub.tools.loopback import Relay, free_port, serve_http
 
 ATTACKS = ("empty", "repeat", "huge", "trickle", "dribble")
 
@@ -72,13 +72,13 @@ class HostilePublisher:
         first: list[object] = []
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Relay):
             protocol_version = "HTTP/1.1"
 
             def log_message(self, *args: object) -> None:
                 pass
 
-            def _forward(self, method: str) -> None:
+            def forward(self, method: str) -> None:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 if method == "GET" and self.path.startswith("/patches?"):
                     proxy.pages += 1
@@ -94,26 +94,9 @@ class HostilePublisher:
                     return
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
                 answer = requests.request(method, f"{target}{self.path}", data=body, headers=headers, timeout=30)
-                self.send_response(answer.status_code)
-                for key, value in answer.headers.items():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
+                self.answer(answer.status_code, answer.headers, answer.content)
 
-            def do_GET(self) -> None:
-                self._forward("GET")
-
-            def do_POST(self) -> None:
-                self._forward("POST")
-
-            def do_HEAD(self) -> None:
-                self._forward("HEAD")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, _thread = serve_http(self.port, Handler)
 
     def close(self) -> None:
         self.closed.set()

