@@ -361,6 +361,10 @@ class GraphStore:
         recorded = lexical.records(self._store, graph)
         return list(lexical.expand_all(statements, recorded)) if recorded else list(statements)
 
+    def holds_any(self, graph: str) -> bool:
+        """Whether the graph holds at least one triple (a look at the first, not a count)."""
+        return next(iter(self._store.quads_for_pattern(None, None, None, ox.NamedNode(graph))), None) is not None
+
     def contains(self, graph: str, statement: str) -> bool:
         """Whether the graph holds this ground triple (given as a canonical statement)."""
         return bool(self.holding(graph, (statement,)))
