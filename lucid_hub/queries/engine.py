@@ -221,6 +221,14 @@ class QueryEngine:
             if self._registered.pop(sid, None) is not None and self._worker is not None:
                 self._call({"op": "forget", "id": sid})
 
+    def current(self, graphs: set[str]) -> None:
+        """Hold `graphs` as the store holds them now: those held at another version than the
+        store's are loaded again (for a worker no change follower keeps current: a trial)."""
+        with self.lock:
+            stale = {g for g in graphs & self._graphs.keys() if self._graphs[g] != self.store.version(g)}
+            self.unused_graphs(set(self._graphs) - stale)
+            self.ensure(graphs)
+
     def unused_graphs(self, needed: set[str]) -> None:
         """Drop the graphs no subscription reads any more."""
         with self.lock:

@@ -133,6 +133,11 @@ class QueryService:
         self.evaluates = evaluates
         self.engine = QueryEngine(store, settings.query_memory_mb, settings.query_budget,
                                   settings.query_max_result_bytes, base=f"{settings.public_url}/sparql")
+        # A new subscription's first evaluation runs here first: a party's query that overruns
+        # kills this worker, not the one that holds every followed graph (and the engine's
+        # lock is not held meanwhile, so the others' notifications do not wait for it).
+        self.trial = QueryEngine(store, settings.query_memory_mb, settings.query_budget,
+                                 settings.query_max_result_bytes, base=f"{settings.public_url}/sparql")
         self.overruns = Overruns(settings.query_budget)
         self.index = Index()
         self._live: dict[str, _Live] = {}
@@ -175,6 +180,7 @@ class QueryService:
         self.webhooks.stop()
         self.store.unwatch(self._changed)
         self.engine.close()
+        self.trial.close()
 
     def _changed(self, change: StoreChange) -> None:
         """The store applied a change (called under its lock: only queue it)."""
@@ -237,11 +243,12 @@ class QueryService:
         """Register and evaluate a subscription in this (the evaluating) process; store it
         with its first notification. Raises what the party should be told."""
         party = Party(row.account, row.endpoint_id, frozenset(row.groups.split()))
+        # The graphs the party may read: those that exist, and those it names (a graph
+        # may be subscribed to before its first version is published).
+        asked = (_iri_list(row.default_graphs) or []) + (_iri_list(row.named_graphs) or [])
+        readable = self.policies.readable(party, sorted(set(self.sync()) | set(asked)))
+        self._try_first(row, readable)
         with self.engine.lock:
-            # The graphs the party may read: those that exist, and those it names (a graph
-            # may be subscribed to before its first version is published).
-            asked = (_iri_list(row.default_graphs) or []) + (_iri_list(row.named_graphs) or [])
-            readable = self.policies.readable(party, sorted(set(self.sync()) | set(asked)))
             try:
                 registration = self.engine.register(row.id, row.query, readable, _iri_list(row.default_graphs),
                                                     _iri_list(row.named_graphs))
@@ -277,6 +284,29 @@ class QueryService:
             self.index.add(row.id, registration)
         self._wake_channels()
         return message
+
+    def _try_first(self, row: QuerySubscription, readable: list[str]) -> None:
+        """The subscription's first evaluation in the trial worker, on the graphs as they are
+        now: what it refuses or overruns never reaches the worker of the followed graphs.
+        (The subscription is then evaluated there once more: a change between the two must
+        not be missed, and a query that passed here is known to fit its budget.)"""
+        with self.trial.lock:
+            try:
+                registration = self.trial.register(row.id, row.query, readable, _iri_list(row.default_graphs),
+                                                   _iri_list(row.named_graphs))
+                if not registration.graphs:
+                    raise Refusal("forbidden", f"{row.account} may read none of this hub's graphs: the "
+                                               "subscription's dataset would be empty")
+                self.trial.current(registration.graphs)
+                self.trial.evaluate(row.id)
+            except Refusal as refusal:
+                raise refusal.as_error() from None
+            except BudgetExceeded as exc:
+                self.overruns.overran(row.account)
+                raise QueryLimitExceeded(f"the query's first evaluation {exc.args[0]} (LUCID_QUERY_BUDGET, "
+                                         f"{self.settings.query_budget:g} s); it was stopped") from None
+            finally:
+                self.trial.forget(row.id)
 
     def _resume(self, row: QuerySubscription) -> None:
         """A subscription that was active when the evaluating process stopped: registered

@@ -170,7 +170,7 @@ def _write(graph: str, change: Callable[[GraphMsgs, Unchanged], Patch | None], *
     # and the archive's word (a database read) is only asked of an empty one. (A replica whose
     # store lags behind another's DELETE answers 200 instead of 201; the write itself is
     # computed on the caught-up graph.)
-    was_deleted = not runtime().store.holds_any(graph) and archive.deleted(graph)
+    was_deleted = not runtime().publisher.store.holds_any(graph) and archive.deleted(graph)
     new = _body_msgs(graph)
     unchanged = Unchanged()
     patch = change(new, unchanged)

@@ -8,7 +8,8 @@ at most 2x its p99 without it).
   (lucid_hub.tools.hostile: endless, repeating, 100 MB, trickling, dribbling archive pages).
 - Heavy windows: one hub; a party's continuous query's p99 from update to notification (its
   SSE stream), alone, then while another party sends three `PUT /windows/…` at a time whose
-  query overruns the budget (LUCID_QUERY_BUDGET=1 here).
+  query overruns the budget (LUCID_QUERY_BUDGET=1 here); and the same with three
+  `POST /subscriptions` at a time (a new continuous query's first evaluation).
 - Heavy rules: one hub; an admin's publishes to a graph with a light immediate rule of its
   own, alone, then while a partner publishes to its own graph, three at a time (five a second
   each), each firing its immediate rule whose condition overruns the budget
@@ -153,8 +154,9 @@ def mirrors(samples: int, attacks: list[str]) -> list[tuple[str, float, float]]:
     return figures
 
 
-def heavy_windows(samples: int) -> tuple[str, float, float]:
-    """(name, unloaded p99, attacked p99) of a party's notifications beside heavy windows."""
+def heavy_windows(samples: int, attack: str = "windows") -> tuple[str, float, float]:
+    """(name, unloaded p99, attacked p99) of a party's notifications beside another's heavy
+    windowed queries (`windows`) or new continuous queries (`subscriptions`)."""
     orders = "http://ex.org/g/orders"
     ex = "http://ex.org/"
     with tempfile.TemporaryDirectory(prefix="lucid-bench-hostile-") as tmp, \
@@ -192,14 +194,21 @@ def heavy_windows(samples: int) -> tuple[str, float, float]:
         heavy = "SELECT (COUNT(*) AS ?n) WHERE { " + " ".join(f"VALUES ?v{k} {{ {values} }}" for k in range(4)) + " }"
         stop, answers = threading.Event(), []
 
-        def attack(n: int) -> None:
+        reading = heavy.replace("WHERE { ", f"WHERE {{ GRAPH <{orders}> {{ ?s ?p ?o }} ")  # (it must read a graph)
+
+        def hostile_request(n: int) -> requests.Response:
+            if attack == "windows":
+                return hostile.put(f"{url}/windows/heavy{n}", timeout=60, json={
+                    "sparql": heavy, "graphs": [orders], "range": 1, "step": 1})
+            return hostile.post(f"{url}/subscriptions", timeout=60, json={"sparql": reading})
+
+        def flood(n: int) -> None:
             while not stop.is_set():
-                answers.append(hostile.put(f"{url}/windows/heavy{n}", timeout=60, json={
-                    "sparql": heavy, "graphs": [orders], "range": 1, "step": 1}).status_code)
+                answers.append(hostile_request(n).status_code)
 
         try:
             unloaded = notified()
-            threads = [threading.Thread(target=attack, args=(n,), daemon=True) for n in range(3)]
+            threads = [threading.Thread(target=flood, args=(n,), daemon=True) for n in range(3)]
             for thread in threads:
                 thread.start()
             try:
@@ -210,7 +219,8 @@ def heavy_windows(samples: int) -> tuple[str, float, float]:
                     thread.join(60)
         finally:
             events.close()
-        name = "notifications beside a party's heavy windows (3 at a time)"
+        what = "windows" if attack == "windows" else "new continuous queries"
+        name = f"notifications beside a party's heavy {what} (3 at a time)"
         click.echo(f"{name}: p99 {unloaded * 1000:.1f} ms alone, {attacked * 1000:.1f} ms beside them: "
                    f"{attacked / unloaded:.2f}x (goal <= 2); the hostile party's {len(answers)} requests: "
                    f"{answers.count(422)} overran (422), {answers.count(429)} refused at once (429)")
@@ -312,6 +322,7 @@ def run(samples: int, attacks: list[str]) -> list[tuple[str, float, float]]:
         raise click.BadParameter(f"unknown attacks: {', '.join(sorted(unknown))} (known: {', '.join(ATTACKS)})")
     figures = mirrors(samples, attacks) if attacks else []
     figures.append(heavy_windows(samples))
+    figures.append(heavy_windows(samples, "subscriptions"))
     figures.append(heavy_rules(samples))
     worst = max(figures, key=lambda f: f[2] / f[1])
     click.echo(f"worst: {worst[0]}, {worst[2] / worst[1]:.2f}x")
