@@ -4,10 +4,13 @@ callback on loopback, with WebSub's callback rules (prefixes, address policy) an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+import statistics
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,3 +137,76 @@ def test_bad_callbacks_and_secrets_are_refused_and_nothing_is_kept(hook_hub: Run
     answer = http.post(f"{hub.url}/subscriptions", json={"sparql": MINE, **spec})
     assert answer.status_code == status_code and says in answer.text, answer.text
     assert hub.runtime.queries.webhooks.due() == [] and hub.runtime.queries._live == {}
+
+
+class Tarpit:
+    """A callback host that takes every connection and request and never answers."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/callbacks/tarpit"
+        self.held: list[Any] = []
+        self.accepted = threading.Semaphore(0)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _address = self.listener.accept()
+                self.held.append(connection)  # read by nobody, answered never
+                self.accepted.release()
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+def test_a_partys_hanging_callbacks_delay_no_other_partys_webhooks(tmp_path: Path, callback: Callback) -> None:
+    """A party with ten subscriptions whose callback takes each POST and never answers held
+    every webhook thread for the delivery timeout, again at each retry: another party's
+    webhooks waited for them. A party now has at most a quarter of the threads at once; the
+    other party's p99 from update to its callback stays within 2x its p99 alone."""
+    env = {**ENV, "LUCID_DELIVERY_TIMEOUT": "5", "LUCID_DELIVERY_MAX_ATTEMPTS": "1000",
+           "LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY": "100"}
+    tarpit = Tarpit()
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", env) as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        good, _token = partner(hub, callback)
+        record, _secret = hub.runtime.clients.create("hanging partner", groups=["buyers"], scopes=["graphs:read"],
+                                                     callback_prefixes=[tarpit.url])
+        hostile = hub.session(str(hub.runtime.tokens.issue(record, "graphs:read")))
+        hook(hub, good, callback)
+        callback.wait(lambda: sequences(callback) == [0])
+        value = ["open"]
+
+        def p99_to_callback(samples: int) -> float:
+            took = []
+            for _ in range(samples):
+                new = "packed" if value[0] != "packed" else "open"
+                seen = len(sequences(callback))
+                began = time.perf_counter()
+                update(hub, status("o1", value[0], new))
+                value[0] = new
+                callback.wait(lambda seen=seen: len(sequences(callback)) > seen, 30)
+                took.append(time.perf_counter() - began)
+            return statistics.quantiles(took, n=100, method="inclusive")[98]
+
+        try:
+            unloaded = p99_to_callback(30)
+            for _ in range(10):
+                answer = hostile.post(f"{hub.url}/subscriptions", json={"sparql": MINE, "callback": tarpit.url})
+                assert answer.status_code == 201, answer.text
+            for _ in range(hub.runtime.queries.webhooks.per_party):  # its POSTs hang at the tarpit
+                assert tarpit.accepted.acquire(timeout=30)
+            attacked = p99_to_callback(30)
+            hanging = len(tarpit.held)
+        finally:
+            tarpit.close()
+        print(f"hanging callbacks: webhook p99 unloaded {unloaded * 1000:.1f} ms, attacked {attacked * 1000:.1f} ms, "
+              f"ratio {attacked / unloaded:.2f}; {hanging} connections held at the tarpit")
+        assert sequences(callback) == list(range(61))  # nothing lost, in order
+        assert hanging <= hub.runtime.queries.webhooks.per_party + 2, hanging  # (a retry may be connecting)
+        assert attacked <= 2 * unloaded, (unloaded, attacked)

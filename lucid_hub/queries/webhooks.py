@@ -74,8 +74,13 @@ class Webhooks:
                                           headers={"User-Agent": "lucid-hub query webhooks"},
                                           timeout=urllib3.Timeout(total=settings.delivery_timeout))
         self._threads = max(1, min(8, settings.delivery_threads))
+        # A party's callbacks take at most this many of the threads at once: one whose
+        # callbacks hang (each up to LUCID_DELIVERY_TIMEOUT) waits for itself, not the others.
+        self.per_party = max(1, self._threads // 4)
         self._executor: ThreadPoolExecutor | None = None
         self._busy: set[str] = set()
+        self._party_busy: dict[str, int] = {}  # account -> its POSTs in flight
+        self._held_back: set[str] = set()  # accounts with something due that waited for a thread
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -104,33 +109,49 @@ class Webhooks:
     def round(self) -> None:
         if self._stop.is_set():
             return
-        for sid in self.due():
-            self._submit(sid)
+        for sid, account in self.due_by_party():
+            self._submit(sid, account)
 
     def due(self) -> list[str]:
         """Subscriptions whose callback has notifications to take, now."""
+        return [sid for sid, _account in self.due_by_party()]
+
+    def due_by_party(self) -> list[tuple[str, str]]:
+        """The same, each with its party's account."""
         q = self.model
         with self.db.session() as session:
-            return list(session.scalars(select(self.key).where(
+            return [(str(sid), str(account)) for sid, account in session.execute(select(self.key, q.account).where(
                 q.state == "active", q.callback.is_not(None), q.callback_seq < q.sequence,
-                or_(q.callback_next_at.is_(None), q.callback_next_at <= now()))))
+                or_(q.callback_next_at.is_(None), q.callback_next_at <= now())))]
 
-    def _submit(self, sid: str) -> None:
+    def _submit(self, sid: str, account: str) -> None:
         with self._lock:
             if sid in self._busy or self._executor is None:
                 return
+            if self._party_busy.get(account, 0) >= self.per_party:
+                self._held_back.add(account)  # its turn comes when one of its POSTs ends
+                return
             self._busy.add(sid)
-        self._executor.submit(self._deliver_then_release, sid)
+            self._party_busy[account] = self._party_busy.get(account, 0) + 1
+        self._executor.submit(self._deliver_then_release, sid, account)
 
-    def _deliver_then_release(self, sid: str) -> None:
+    def _deliver_then_release(self, sid: str, account: str) -> None:
+        more = False
         try:
-            if self.deliver(sid):
-                self._wake.set()  # more to send: another round (others get a turn first)
+            more = self.deliver(sid)  # more to send: another round (others get a turn first)
         except Exception:
             log.exception("query webhooks: delivering to subscription %s failed", sid)
         finally:
             with self._lock:
                 self._busy.discard(sid)
+                self._party_busy[account] -= 1
+                if not self._party_busy[account]:
+                    del self._party_busy[account]
+                if account in self._held_back:
+                    self._held_back.discard(account)
+                    more = True
+            if more:
+                self._wake.set()
 
     def deliver(self, sid: str) -> bool:
         """POST up to BATCH of a subscription's due notifications; whether more are due."""
