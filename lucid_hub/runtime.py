@@ -140,8 +140,9 @@ class Runtime:
         log.info("this process now leads the hub's replicas")
         self.leader = True
         self.publisher.relay_enabled = True
-        self.queries.evaluates = self.windows.evaluates = True
-        self.rules.leader = True
+        self.queries.lead()
+        self.windows.lead()
+        self.rules.lead()
         try:
             self.publisher.resume_relay()
         except Exception as exc:  # the relay's own loop tries again

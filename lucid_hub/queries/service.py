@@ -157,6 +157,10 @@ class QueryService:
         self.webhooks = Webhooks(settings, db, self.messages, self.may_deliver, self._end)
 
     # --- lifecycle -------------------------------------------------------------------------
+    def lead(self) -> None:
+        """This process took the leadership over: it is the one to evaluate the subscriptions (`start` follows)."""
+        self.evaluates = True
+
     def start(self, roles: Supervisor) -> None:
         """Evaluate in this process: load the active subscriptions, catch each up with what
         changed while none ran (one notification each), then follow the store's changes (the

@@ -154,6 +154,10 @@ class WindowService:
         self.on_written = on_written  # wakes the WebSocket observers
 
     # --- lifecycle ---------------------------------------------------------------------
+    def lead(self) -> None:
+        """This process took the leadership over: it is the one to evaluate the windows (`start` follows)."""
+        self.evaluates = True
+
     def start(self, roles: Supervisor) -> None:
         """Evaluate the windows that end (the role `windowed-queries`) and send their webhooks."""
         if not self.evaluates or self._started:

@@ -950,6 +950,10 @@ class RuleEngine:
             log.exception("recording rule firings failed")  # a record; publishing goes on
 
     # --- firing: deferred ----------------------------------------------------------------------
+    def lead(self) -> None:
+        """This process took the leadership over: it is the one to run the deferred rules (`start` follows)."""
+        self.leader = True
+
     def start(self, roles: Supervisor) -> None:
         """Run the deferred rules (in the leader process): the role `deferred-rules`."""
         if not self.leader or self._started:
