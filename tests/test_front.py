@@ -244,9 +244,12 @@ def test_a_thousand_anonymous_event_streams_cost_no_thread_and_each_gets_the_eve
             # threads: at most the front's pools (8 request threads, 4 push readers) and a watcher
             assert threading.active_count() - threads_before <= 8 + 4 + 2, "the streams took threads"
             loaded = party.p99()
+            written = metric(hub, "lucid_push_events_direct_total")
             patch = publish(hub, 1)
             got = read_until(streams, lambda data: patch.encode() in data, 60)
             assert sum(patch.encode() in data for data in got) == 1000, "a stream lost the event"
+            # the waiting streams got it from the fan-out (one shared poll), not each from its own
+            assert metric(hub, "lucid_push_events_direct_total") - written >= 500
         finally:
             for sock in streams:
                 sock.close()
