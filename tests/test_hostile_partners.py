@@ -327,9 +327,8 @@ def test_a_partys_heavy_rule_delays_no_other_partys_publishes(tmp_path: Path) ->
         assert history[-len(found.published):] == found.published  # every publish landed, in order
         assert {status for status, _seconds in found.answers} <= {200, 201}  # the partner's own publishes too
         firings = hub.http.get(f"{hub.url}/rules/firings", params={"rule": "urn:partner:heavy"}, timeout=30).json()
-        reasons = {f["reason"].split(":")[0] for f in firings["firings"]}
-        assert "its evaluation overran the time budget of 1 s (LUCID_RULES_BUDGET)" in reasons or \
-            any("overran the time budget of 1 s" in f["reason"] for f in firings["firings"])
+        assert any(f["reason"] == "its evaluation overran the time budget of 1 s (LUCID_RULES_BUDGET)"
+                   for f in firings["firings"])
         assert any(f["reason"].startswith("not evaluated: its owner's rules overran") for f in firings["firings"])
         lanes = hub.runtime.rules.lanes()
         assert lanes[""]["overruns"] == 0 and max(lane["overruns"] for lane in lanes.values()) >= 1

@@ -4,6 +4,7 @@ request, access and bad input."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,12 @@ def test_unauthorised_unreadable_and_malformed_requests(hub: RunningHub) -> None
     assert hub.http.get(f"{hub.url}/patches/events", timeout=30).status_code == 400  # no graph
 
 
+def direct_writes(hub: RunningHub) -> float:
+    text = hub.http.get(f"{hub.url}/metrics", timeout=30).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("lucid_push_events_direct_total"))
+
+
 def test_a_standard_sse_client_reads_and_resumes_every_stream(hub: RunningHub) -> None:
     """sseclient-py (a third-party Server-Sent Events client) on the patch stream, a query
     subscription's events and a windowed query's events: ids, event names, resumption."""
@@ -116,6 +123,19 @@ def test_a_standard_sse_client_reads_and_resumes_every_stream(hub: RunningHub) -
     hub.runtime.windows.evaluate_due()
     element = first("/windows/w/events", headers={"Last-Event-ID": "-1"})
     assert (element.event, element.id) == ("result", "0") and json.loads(element.data)["windowEnd"] == 4
+    # live: events of a channel that waits are written by the front's fan-out, framed by it
+    written = direct_writes(hub)
+    with hub.http.get(f"{hub.url}/patches/events", params={"graph": ORDERS}, stream=True, timeout=30) as answer:
+        events = iter(sseclient.SSEClient(answer).events())
+        states = ["delivered", "closed", "archived", "returned", "refunded"]
+        for n, (old_state, new_state) in enumerate(itertools.pairwise(states), start=5):
+            update(hub, status("o1", old_state, new_state))
+            live = next(events)
+            assert (live.event, live.id) == ("patch", str(n)) and json.loads(live.data)["seq"] == n
+            if direct_writes(hub) > written:  # (a channel still in its own poll reads it there)
+                break
+        else:
+            raise AssertionError("no event reached the client through the fan-out")
 
 
 def test_open_push_channels_end_when_the_readers_access_is_withdrawn(tmp_path: Path) -> None:

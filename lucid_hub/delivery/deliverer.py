@@ -317,13 +317,10 @@ class Deliverer:
         every second) and `websub-watch` (which wakes it when a subscribed graph moves)."""
         if roles.role("websub-delivery") is not None:
             return
-        roles.add("websub-delivery", self._round, every=1.0, backoff_max=5.0, wake=self._wake)
+        roles.add("websub-delivery", self.deliver_due, every=1.0, backoff_max=5.0, wake=self._wake)
         if self.stream is not None:
             self._generation = self.stream.generation()
             roles.add("websub-watch", self._watch, every=1.0, backoff_max=5.0)
-
-    def _round(self) -> None:
-        self.deliver_due()
 
     def drain(self) -> None:
         """Start no more deliveries: each task stops after its POST in flight (which is then

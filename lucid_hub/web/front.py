@@ -429,22 +429,22 @@ class Front:
         """The front's figures at scrape time (this process's)."""
         open_ = GaugeMetricFamily("lucid_push_channels", "Push channels and WebSockets this process serves now.")
         open_.add_metric([], self.admission.total)
-        refused = CounterMetricFamily("lucid_push_refused", "Push channels and WebSockets refused over a limit "
-                                      "(LUCID_PUSH_MAX_CONNECTIONS, _PER_ADDRESS, _PER_CLIENT).")
-        refused.add_metric([], self.admission.refused)
-        cut = CounterMetricFamily("lucid_connections_cut", "Connections closed because the client did not take "
-                                  "an answer's part or an event within LUCID_PUSH_SEND_SECONDS.")
-        cut.add_metric([], self.cut_off)
-        held = CounterMetricFamily("lucid_requests_held", "Requests held at the front because their client asked "
-                                   "again before the Retry-After of a 429 it was given.")
-        held.add_metric([], self.holds)
-        queued = CounterMetricFamily("lucid_requests_queued", "Requests that waited at the front for a turn of "
-                                     "their client (LUCID_REQUESTS_PER_CLIENT of its requests were on threads).")
-        queued.add_metric([], self.queued)
-        direct = CounterMetricFamily("lucid_push_events_direct", "Events of push channels the front's fan-out "
-                                     "wrote to their connections itself (one shared poll, no wake-up each).")
-        direct.add_metric([], self.direct_writes)
-        return [open_, refused, cut, held, queued, direct]
+        counts: list[Metric] = [open_]
+        for name, text, value in (
+                ("lucid_push_refused", "Push channels and WebSockets refused over a limit "
+                 "(LUCID_PUSH_MAX_CONNECTIONS, _PER_ADDRESS, _PER_CLIENT).", self.admission.refused),
+                ("lucid_connections_cut", "Connections closed because the client did not take an answer's part "
+                 "or an event within LUCID_PUSH_SEND_SECONDS.", self.cut_off),
+                ("lucid_requests_held", "Requests held at the front because their client asked again before the "
+                 "Retry-After of a 429 it was given.", self.holds),
+                ("lucid_requests_queued", "Requests that waited at the front for a turn of their client "
+                 "(LUCID_REQUESTS_PER_CLIENT of its requests were on threads).", self.queued),
+                ("lucid_push_events_direct", "Events of push channels the front's fan-out wrote to their "
+                 "connections itself (one shared poll, no wake-up each).", self.direct_writes)):
+            counter = CounterMetricFamily(name, text)
+            counter.add_metric([], value)
+            counts.append(counter)
+        return counts
 
     # --- the ASGI entry -------------------------------------------------------------------------
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
