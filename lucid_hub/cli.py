@@ -1039,7 +1039,7 @@ def rules_add(state: _Context, file: Path, hub_url: str | None, token: str | Non
         added = _remote(*remote, "POST", "/rules", data=text.encode(),
                         headers={"Content-Type": "text/plain; charset=utf-8"})["rules"]
     else:
-        from lucid_hub.rules.engine import OPERATOR
+        from lucid_hub.rules.model import OPERATOR
 
         with _runtime(state) as rt:
             added = [r.describe() for r in rt.rules.add(text, OPERATOR, f"operator (rules add {file.name})")]
@@ -1095,7 +1095,7 @@ def rules_remove(state: _Context, iri: str, hub_url: str | None, token: str | No
     if remote:
         _remote(*remote, "DELETE", "/rules", params={"iri": iri})
     else:
-        from lucid_hub.rules.engine import OPERATOR
+        from lucid_hub.rules.model import OPERATOR
 
         with _runtime(state) as rt:
             rt.rules.remove(iri, OPERATOR, "operator (rules remove)")

@@ -40,7 +40,7 @@ from lucid_hub.queries.engine import QueryEngine
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.resources import notification_url
-from lucid_hub.rules.engine import RuleEngine
+from lucid_hub.rules.service import RuleParts, RuleService
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
 from lucid_hub.store.sparql import SparqlGuard
@@ -77,7 +77,7 @@ class Runtime:
     windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start(roles) ran
     streams: StreamIndex  # the graphs' event streams (LDES), built from the archive when read
     inbox: Inbox  # the graphs' Linked Data Notifications inboxes
-    rules: RuleEngine  # event-condition-action rules; deferred ones run (in the leader) once rules.start(roles) ran
+    rules: RuleService  # event-condition-action rules; deferred ones run (in the leader) once rules.start(roles) ran
     # The process that holds the leadership lease (lucid_hub.leadership): of all processes on
     # all replicas, it alone relays to Kafka, keeps the mirrors, evaluates queries and windows
     # and runs deferred rules. Candidates are the processes with their data directory's first
@@ -131,7 +131,7 @@ class Runtime:
         self.queries.start(self.roles)
         self.windows.start(self.roles)
         self.rules.start(self.roles)
-        self.publisher.start_relay(self.roles, interval=self.relay_interval)
+        self.publisher.relay.start(self.roles, interval=self.relay_interval)
         self.roles.start()
 
     def lead(self) -> None:
@@ -139,12 +139,12 @@ class Runtime:
         (the relay first appends what the last leader left in the outbox)."""
         log.info("this process now leads the hub's replicas")
         self.leader = True
-        self.publisher.relay_enabled = True
+        self.publisher.relay.enabled = True
         self.queries.lead()
         self.windows.lead()
         self.rules.lead()
         try:
-            self.publisher.resume_relay()
+            self.publisher.relay.resume()
         except Exception as exc:  # the relay's own loop tries again
             log.warning("relay after taking the leadership failed: %s", exc)
         self.start_roles()
@@ -154,7 +154,7 @@ class Runtime:
         threads go with the process under `serve`, which exits; see server.py)."""
         log.error("leadership lost: %s", reason)
         self.leader = False
-        self.publisher.relay_enabled = False
+        self.publisher.relay.enabled = False
         if self.on_lost_leadership is not None:
             self.on_lost_leadership(reason)
 
@@ -163,7 +163,7 @@ class Runtime:
         replicas' publishes): a read catches its graph up before it answers anyway, but a
         replica that applies as patches come never makes a read wait for a long tail."""
         if self.roles.role("store-follower") is None:
-            self.roles.add("store-follower", self.publisher.sync_all, every=interval)
+            self.roles.add("store-follower", self.publisher.sync.all, every=interval)
             self.roles.start()
 
     def start_metrics_listener(self) -> None:
@@ -220,6 +220,13 @@ class Runtime:
         # archived a patch: they look again this often.
         stream = PatchStream(archive, poll=0.25 if settings.web_workers > 1 else 1.0)
         mirrored = MirroredGraphs(db)
+        # The rules' cascade reacts to each archived patch (the publisher's hooks port); the
+        # rule service, built after the publisher, writes through it. `allows` asks the access
+        # conditions, whose service publishes through the publisher too: it is looked up when a
+        # rule fires, by then long built.
+        rule_parts = RuleParts.build(settings, db, archive, store, canonicalizer, metrics, key, leader=leader,
+                                     allows=lambda party, graph, action: policies.allows(party, graph, action),
+                                     read_only=mirrored)
         publisher = Publisher(archive, store, patch_log, key, canonicalizer, trusted_keys,
                               cache_bytes=memory.cache_bytes(
                                   settings.cache_bytes or settings.msg_cache_statements * LEGACY_BYTES_PER_STATEMENT,
@@ -232,7 +239,8 @@ class Runtime:
                               may_relay=(lambda: leadership.held) if leadership is not None else None,
                               group_commit=settings.group_commit,
                               db_locks=DatabaseLocks(db.engine) if settings.publish_db_lock and db.engine.dialect.name
-                              == "postgresql" else None)
+                              == "postgresql" else None,
+                              hooks=rule_parts.cascade)
         tokens = TokenService(db, keys, settings.public_url, lifetime=settings.token_lifetime,
                               trusted=TrustedIssuer.parse_all(settings.trusted_issuers))
         policies = PolicyService(db, archive, publisher, canonicalizer, trusted_keys)
@@ -240,20 +248,15 @@ class Runtime:
         delivery = Deliverer(settings, db, archive, canonicalizer, policies, deny=notices.deny, stream=stream,
                              metrics=metrics)
         hub = WebSubHub(settings, db, archive, notices, on_subscribed=delivery.subscribed)
-        queries = QueryService(settings, db, store, policies, tokens, publisher.sync_all, evaluates=leader)
+        queries = QueryService(settings, db, store, policies, tokens, publisher.sync.all, evaluates=leader)
         clients = ClientRegistry(db)
 
         def callback_prefixes(owner: Any) -> list[str]:
             client = clients.get(owner.endpoint_id)
             return list(client.callback_prefixes) if client is not None else []
 
-        # The rule engine and the publisher call each other: the publisher locks what a cascade
-        # can write and lets the engine react to each archived patch (the one cycle of the
-        # parts, closed here once).
-        rules = RuleEngine(settings, db, archive, store, canonicalizer, metrics, key, leader=leader,
-                           publisher=publisher, allows=policies.allows, read_only=mirrored,
-                           callback_prefixes=callback_prefixes)
-        publisher.react_with(rules)
+        rules = RuleService(settings, db, archive, store, canonicalizer, metrics, rule_parts, publisher,
+                            read_only=mirrored, callback_prefixes=callback_prefixes)
         runtime = cls(settings, db, archive, store, patch_log, keys, canonicalizer, publisher, clients,
                       tokens, policies, metrics, SparqlGuard(settings, store), stream,
                       MirrorService(settings, db, archive, publisher, canonicalizer, mirrored, stream, metrics),
@@ -296,15 +299,14 @@ class Runtime:
         self.queries.stop()
         self.delivery.stop()
         self.hub.notices.stop()
-        self.publisher.stop_relay()
+        self.publisher.relay.stop()
         self.sparql.close()
         self.log.close()
         self.canonicalizer.close()
         self.store.close()
         if self.leadership is not None:
             self.leadership.release()
-        if self.publisher.db_locks is not None:
-            self.publisher.db_locks.dispose()
+        self.publisher.locks.close()
         self.db.dispose()
 
 

@@ -219,7 +219,7 @@ def assert_consistent(runtime) -> None:  # type: ignore[no-untyped-def]
     from lucid_hub.db.models import LogEntry, Outbox, PatchRecord
 
     publisher = runtime.publisher
-    publisher.relay()
+    publisher.relay.move()
     with runtime.db.session() as session:
         assert session.scalars(select(Outbox)).all() == []
         logged = [e.patch_id for e in session.scalars(select(LogEntry).order_by(LogEntry.offset))]

@@ -118,3 +118,83 @@ def test_the_checks_see_an_upward_import(tmp_path: Path) -> None:
     table = layers()
     assert sorted(t for t in found if table[unit_of(t)] > table["rdf"]) == [
         "lucid_hub.cli", "lucid_hub.runtime", "lucid_hub.tools.bench", "lucid_hub.web"]
+
+
+# The composition root builds the parts and wires them; nothing else reaches into another
+# unit's objects to change them (that is how a cycle hid from the import graph: attributes
+# patched after construction).
+COMPOSITION_ROOT = {"lucid_hub.runtime"}
+# Units whose objects are records, written by whoever holds them: the database's rows (an ORM
+# row's fields are set to update it in its session).
+RECORDS = {"db"}
+
+
+def _own_attributes() -> dict[str, set[str]]:
+    """Unit -> the attribute names its classes hold: assigned on `self`, or declared in a class
+    body (dataclass fields)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        unit = unit_of(module_name(path))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _assigned(node):
+                if isinstance(target.value, ast.Name) and target.value.id == "self":
+                    out[unit].add(target.attr)
+            if isinstance(node, ast.ClassDef):
+                out[unit].update(item.target.id for item in node.body
+                                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name))
+    return out
+
+
+def _assigned(node: ast.AST) -> list[ast.Attribute]:
+    """The attribute targets an assignment (or setattr with a literal name) writes."""
+    targets: list[ast.AST] = []
+    if isinstance(node, ast.Assign):
+        for target in node.targets:
+            targets.extend(target.elts if isinstance(target, ast.Tuple) else [target])
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets.append(node.target)
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+          and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        targets.append(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Store(),
+                                     lineno=node.lineno, col_offset=node.col_offset))
+    return [t for t in targets if isinstance(t, ast.Attribute)]
+
+
+def foreign_assignments(path: Path, owners: dict[str, set[str]], module: str | None = None) -> list[str]:
+    """`obj.attr = …` (or `setattr(obj, "attr", …)`) in a module, where `obj` is a plain name
+    other than `self`/`cls` (a parameter or local holding another object) and `attr` is held
+    by objects of another unit of the hub and by none of this module's own unit. (An object
+    configuring its own parts, `self.part.attr = …`, is its own business.)"""
+    module = module or module_name(path)
+    unit = unit_of(module)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for target in _assigned(node):
+            if not isinstance(target.value, ast.Name) or target.value.id in ("self", "cls"):
+                continue
+            if any(target.attr in owners.get(records, ()) for records in RECORDS):
+                continue  # (a row's field, by its name)
+            others = sorted(u for u, attrs in owners.items() if u != unit and target.attr in attrs)
+            if others and target.attr not in owners.get(unit, set()):
+                found.append(f"{module}:{target.lineno} sets .{target.attr} (held by {', '.join(others)})")
+    return found
+
+
+def test_only_the_composition_root_sets_attributes_of_another_units_objects() -> None:
+    owners = _own_attributes()
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if module_name(path) not in COMPOSITION_ROOT:
+            found.extend(foreign_assignments(path, owners))
+    assert found == []
+
+
+def test_the_check_sees_a_patched_attribute(tmp_path: Path) -> None:
+    """The check finds what the publisher's rules were once bound by (so it could fail)."""
+    sample = tmp_path / "probe.py"
+    sample.write_text("def bind(publisher, rules):\n    publisher.hooks = rules\n"
+                      "    setattr(publisher, 'relay', None)\n    self_like = 1\n", encoding="utf-8")
+    owners = {"publish": {"hooks", "relay"}, "rules": {"parts"}}
+    assert foreign_assignments(sample, owners, "lucid_hub.rules.probe") == [
+        "lucid_hub.rules.probe:2 sets .hooks (held by publish)",
+        "lucid_hub.rules.probe:3 sets .relay (held by publish)"]

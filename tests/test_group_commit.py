@@ -71,7 +71,7 @@ class Gate:
 
     def publish(self, name: str, compute: Callable[[GraphView], GraphChange | None], **kwargs: object) -> None:
         """Start a thread publishing `compute`, and wait until it has queued (order = call order)."""
-        queue = self.publisher._queue(self.graph)
+        queue = self.publisher.commits.queue(self.graph)
         queued = len(queue)
 
         def run() -> None:
@@ -286,7 +286,7 @@ def test_a_store_behind_the_archive_is_caught_up_before_a_group_is_decided(tmp_p
 def test_group_commit_off_publishes_one_patch_per_transaction(tmp_path: Path) -> None:
     rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_GROUP_COMMIT": "false"}))
     try:
-        assert rt.publisher.group_commit is False
+        assert rt.publisher.commits.group_commit is False
         patch = rt.publisher.publish(G, change(G, added='<http://ex/a> <http://ex/v> "1" .\n'), author="a",
                                      message="")
         assert patch is not None and group_sizes(rt.publisher) == (0, 0)
@@ -349,7 +349,7 @@ graph = sys.argv[2]
 rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": sys.argv[1]}))
 rt.publisher.publish(graph, lambda _v: GraphChange(graph, (), tuple(graph_msgs(parse_nt(
     '<http://ex/base> <http://ex/v> "0" .\\n'), rt.canonicalizer).msgs())), author="t", message="base")
-queue = rt.publisher._queue(graph)
+queue = rt.publisher.commits.queue(graph)
 with rt.publisher.writing((graph,)):
     for i in range(5):
         msgs = tuple(graph_msgs(parse_nt(f'<http://ex/s{i}> <http://ex/v> _:b .\\n_:b <http://ex/n> "{i}" .\\n'),

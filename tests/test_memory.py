@@ -11,7 +11,7 @@ import pyoxigraph as ox
 
 from lucid_hub import memory
 from lucid_hub.config import Settings
-from lucid_hub.publish.publisher import MsgCache
+from lucid_hub.publish.cache import MsgCache
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs, GraphMsgsBuilder
 from lucid_hub.runtime import Runtime

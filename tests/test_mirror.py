@@ -366,7 +366,7 @@ def test_applied_patches_reach_the_partners_own_kafka_topic(tmp_path: Path, kafk
         wait(lambda: mirror(partner)["head"] == ids[-1])
         ids.append(publish(publisher, version(1)))
         wait(lambda: mirror(partner)["head"] == ids[-1])
-        partner.runtime.publisher.relay()  # `serve` runs this relay in a thread; the test drives it
+        partner.runtime.publisher.relay.move()  # `serve` runs this relay in a thread; the test drives it
         consumer = partner.runtime.log.consumer("local-consumers")
         got: list[str] = []
         deadline = time.monotonic() + 30

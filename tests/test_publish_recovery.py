@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from lucid_hub.archive import MirroredGraphError
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Mirror
 from lucid_hub.errors import ConflictError, NotFoundError
-from lucid_hub.publish.publisher import MirroredGraphError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import graph_msgs
 from lucid_hub.runtime import Runtime
@@ -155,7 +155,7 @@ def test_two_hub_processes_on_one_database_serialise_by_compare_and_set(tmp_path
         from dataclasses import replace
 
         with pytest.raises(ConflictError):
-            a.publisher._append(replace(stale, message="stale"), local=True)
+            a.publisher.commits.append(replace(stale, message="stale"), local=True)
         third = a.publisher.drop(G, author="a", message="")
         assert third is not None and third.prev == second.id
         assert_consistent(a)
@@ -274,10 +274,10 @@ def test_a_new_leaders_first_relay_drops_what_the_dead_leader_had_appended(tmp_p
             return patch.id
 
         first = publish(V1)
-        runtime.publisher.relay_enabled = False  # this process follows now; the leader was killed
+        runtime.publisher.relay.enabled = False  # this process follows now; the leader was killed
         with runtime.db.session() as session:  # …after appending `first`, before deleting its row
             session.execute(insert(Outbox).values(patch_id=first, graph=G))
-        runtime.publisher.relay_enabled = True  # this process leads now (Runtime.lead)
+        runtime.publisher.relay.enabled = True  # this process leads now (Runtime.lead)
         second = publish(V1.replace("open", "closed"))
         assert [pid for graph, pid in kafka_patches(kafka_bootstrap, topic, 3) if graph == G] == [first, second]
         assert runtime.archive.outbox_ids() == []
@@ -345,14 +345,14 @@ def test_content_is_named_by_the_version_its_statements_are_at_when_another_repl
         first = publish(writer, V1)
         assert reader.publisher.content(G)[0] == first
         later: list[str] = []
-        real_sync = reader.publisher._sync
+        real_sync = reader.publisher.sync.graph
 
         def sync_after_another_publish(graph: str) -> bool:  # the other replica is quicker
             if not later:
                 later.append(publish(writer, V1.replace("open", "closed")))
             return real_sync(graph)
 
-        monkeypatch.setattr(reader.publisher, "_sync", sync_after_another_publish)
+        monkeypatch.setattr(reader.publisher.sync, "graph", sync_after_another_publish)
         version, statements = reader.publisher.content(G)
         assert later and version == later[0]  # the statements' version, not the one before
         assert any('"closed"' in s for s in statements) and not any('"open"' in s for s in statements)

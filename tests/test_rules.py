@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from lucid_hub.policy.model import Condition
-from lucid_hub.rules.engine import RULES_GRAPH
+from lucid_hub.rules.model import RULES_GRAPH
 from lucid_hub.signing import TrustedKeys
 from tests.conftest import Callback, RunningHub, running_hub
 
@@ -500,7 +500,7 @@ def _crash_in_cascade(tmp_path: Path) -> tuple[Path, str]:
     """A hub that dies (as a kill would) right after the first rule of CHAIN archived its patch;
     the data directory and the triggering patch's id."""
     from lucid_hub.config import Settings
-    from lucid_hub.rules.engine import OPERATOR
+    from lucid_hub.rules.model import OPERATOR
     from lucid_hub.runtime import Runtime
     from lucid_hub.tools.loopback import free_port
     from tests.test_publish_recovery import bearer, start_hub

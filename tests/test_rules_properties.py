@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from lucid_hub.config import Settings
 from lucid_hub.rdf.msg import graph_msgs
-from lucid_hub.rules.engine import OPERATOR
+from lucid_hub.rules.model import OPERATOR
 from lucid_hub.runtime import Runtime
 
 NODES = ("a", "b", "c")
@@ -162,7 +162,7 @@ def test_a_cascade_does_what_the_semantics_say_and_replays_the_same(
                 publish(rt, names.graph(i), names, graph_content)
         rt.rules.add(rule_text(names, specs), OPERATOR, "test")
         publish(rt, names.graph(0), names, trigger)  # the change: graph 0 becomes `trigger`
-        rt.rules.refresh(every=0)
+        rt.rules.parts.rule_set.refresh(every=0)
         history = [(f["rule"].removeprefix(names.base), f["depth"], f["instances"], f["kept"], f["outcome"])
                    for f in reversed(rt.rules.history(limit=1000)) if f["rule"].startswith(names.base)]
         results.append(([content(rt, names, i) for i in range(GRAPHS)], history, names))

@@ -346,7 +346,7 @@ class Notification(Base):
 class PendingReaction(Base):
     """A patch whose immediate rules had not finished reacting: written with the patch (same
     transaction), deleted when its cascade is done. One left at start is a cascade a crash
-    interrupted (rules/engine.py, `recover`)."""
+    interrupted (rules/cascade.py, `recover`)."""
 
     __tablename__ = "pending_reactions"
 

@@ -91,8 +91,8 @@ def edit_change(graph: str, edit: GraphEdit, view: GraphView, canonicalizer: Can
     region = (region - removed_blank) | added_blank
     new = graph_msgs(ox.parse("".join(f"{_unskolemise(s)} .\n" for s in sorted(region)),
                               format=ox.RdfFormat.N_TRIPLES), canonicalizer) if region else GraphMsgs()
-    old.ground = {s for s in edit.removed if s not in removed_blank}
-    new.ground = {s for s in edit.added if s not in added_blank}
+    old = GraphMsgs({s for s in edit.removed if s not in removed_blank}, old.blank)
+    new = GraphMsgs({s for s in edit.added if s not in added_blank}, new.blank)
     return GraphChange(graph, *_net(old, new))
 
 

@@ -206,7 +206,7 @@ def _rule(prefixes: str, body: str) -> Rule:
     condition = _condition(iri, prefixes, clauses["IF"]) if "IF" in clauses else None
     action, target, inserts, deletes = _action(iri, prefixes, clauses["DO"])
     # A webhook or notification is sent after commit: deferred unless it says otherwise (which
-    # the hub refuses, rules/engine.py).
+    # the hub refuses, rules/model.py).
     deferred = "DEFERRED" in clauses or (action != "update" and "IMMEDIATE" not in clauses)
     return Rule(iri, priority, "deferred" if deferred else "immediate", granularity, bound,
                 event, on, condition, action, target, inserts, deletes, prefixes, body)

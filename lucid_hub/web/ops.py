@@ -47,7 +47,7 @@ def readyz() -> Response:
         return plain(503, f"patch log unreachable: {exc}")
     if hub.mirrors.catching_up:
         return plain(503, "catching up: mirrors are fetching the patches they missed")
-    lag = hub.publisher.lag()
+    lag = hub.publisher.sync.lag()
     if lag > hub.settings.ready_max_lag:
         return plain(503, f"catching up: this replica's store is {lag} patches behind the archive "
                           f"(ready at {hub.settings.ready_max_lag} or fewer)")

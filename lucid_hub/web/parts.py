@@ -19,7 +19,7 @@ from lucid_hub.publish import Publisher
 from lucid_hub.queries import QueryService
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rules.engine import RuleEngine
+from lucid_hub.rules.service import RuleService
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.stream import PatchStream
@@ -50,5 +50,5 @@ class HubParts(Protocol):
     windows: WindowService
     streams: StreamIndex
     inbox: Inbox
-    rules: RuleEngine
+    rules: RuleService
     leader: bool

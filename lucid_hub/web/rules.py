@@ -13,8 +13,8 @@ from lucid_hub.errors import ForbiddenError, InputError, InputTooLargeError, Not
 from lucid_hub.policy.policy_graph import verified_history
 from lucid_hub.rdf.rdfpatch import parse_rdf_patch
 from lucid_hub.rules.analysis import Analysis, analyse
-from lucid_hub.rules.engine import RULES_GRAPH, Owner, Registered
 from lucid_hub.rules.language import MAX_RULE_BYTES
+from lucid_hub.rules.model import RULES_GRAPH, Owner, Registered
 from lucid_hub.signing import TrustedKeys
 from lucid_hub.web.authz import author, principal, require_scope
 from lucid_hub.web.http import json_object_body, negotiate, runtime

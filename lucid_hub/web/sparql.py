@@ -90,7 +90,7 @@ def _base() -> str:
 def _readable(party: Party) -> list[str]:
     rt = runtime()
     # (another process of this hub, or another hub on the database, may have published)
-    return rt.policies.readable(party, rt.publisher.sync_all())
+    return rt.policies.readable(party, rt.publisher.sync.all())
 
 
 def _query(text: str, params: Any) -> Response:

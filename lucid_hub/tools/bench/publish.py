@@ -238,7 +238,8 @@ def _queued_groups(directory: Path, sizes: tuple[int, ...], patches: int) -> dic
 
     from lucid_hub.config import Settings
     from lucid_hub.diff import GraphChange
-    from lucid_hub.publish.publisher import GraphView, _Job
+    from lucid_hub.publish.commit import _Job
+    from lucid_hub.publish.view import GraphView
     from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
     from lucid_hub.runtime import Runtime
 
@@ -263,7 +264,7 @@ def _queued_groups(directory: Path, sizes: tuple[int, ...], patches: int) -> dic
             started = time.perf_counter()
             for jobs in groups:
                 with publisher.writing((graph,)):
-                    publisher._commit_group(graph, collections.deque(jobs))
+                    publisher.commits.commit_group(graph, collections.deque(jobs))
                 if any(j.error is not None for j in jobs):
                     raise click.ClickException(f"a queued publish failed: {next(j.error for j in jobs if j.error)}")
             per_patch[size] = (time.perf_counter() - started) * 1000 / (len(groups) * size)

@@ -85,7 +85,7 @@ def publish_cost(work: Path, counts: list[int], publishes: int) -> None:
 
     from lucid_hub.config import Settings
     from lucid_hub.rdf.msg import graph_msgs
-    from lucid_hub.rules.engine import OPERATOR
+    from lucid_hub.rules.model import OPERATOR
     from lucid_hub.runtime import Runtime
 
     rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(work / "hub"),
