@@ -38,7 +38,8 @@ from lucid_hub.metrics import mark_process_dead, use_multiprocess_metrics
 from lucid_hub.policy.policy_graph import read_policy_dir
 from lucid_hub.runtime import Runtime
 from lucid_hub.web import create_app
-from lucid_hub.web.front import Front, build_front, server_options
+from lucid_hub.web.front import Front, build_front
+from lucid_hub.web.serving import server_options
 
 log = logging.getLogger(__name__)
 # The exit status of a process that lost the leadership (not gunicorn's 3 or 4, which stop it).

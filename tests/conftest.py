@@ -186,7 +186,8 @@ def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None
     free loopback port."""
     from lucid_hub.config import Settings
     from lucid_hub.runtime import Runtime
-    from lucid_hub.web.front import Served, build_front
+    from lucid_hub.web.front import build_front
+    from lucid_hub.web.serving import Served
 
     port = free_port()
     settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_DATABASE_URL": db_url,

@@ -147,7 +147,8 @@ def _hub(data: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, A
     its runtime and an admin token."""
     from lucid_hub.config import Settings
     from lucid_hub.runtime import Runtime
-    from lucid_hub.web.front import Served, build_front
+    from lucid_hub.web.front import build_front
+    from lucid_hub.web.serving import Served
 
     port = free_port()
     settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}",
