@@ -221,6 +221,21 @@ class HubClient:
         except requests.RequestException as exc:
             raise RemoteUnreachableError(f"cannot reach {where}: {explain(exc)}") from None
 
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A call to the hub's API at `path`: its JSON (None when it has no body); the hub's
+        reason, on one line, as a RemoteRefusedError for a 4xx or 5xx."""
+        headers = self._headers(**kwargs.pop("headers", {}))
+        answer = self._call(method.lower(), self.base + path, f"the hub at {self.base}", timeout=60,
+                            headers=headers, **kwargs)
+        if answer.status_code >= 400:
+            try:
+                detail = answer.json().get("detail") or answer.text
+            except ValueError:
+                detail = answer.text
+            reason = " ".join(str(detail).split())[:500]
+            raise RemoteRefusedError(f"{self.base} answered {answer.status_code}: {reason}", answer.status_code)
+        return answer.json() if answer.content else None
+
     # --- WebSub ------------------------------------------------------------------------
     def hub_request(self, hub_url: str, form: dict[str, str]) -> None:
         """A WebSub (un)subscription request; the hub must accept it (202)."""
