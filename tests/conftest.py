@@ -16,9 +16,10 @@ from typing import Any
 import pyoxigraph as ox
 import pytest
 
+from lucid_bench.loopback import kafka_broker
+from lucid_hub.demo.ports import free_port
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import SigningKey, generate_key
-from lucid_hub.tools.loopback import free_port, kafka_broker
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,8 @@ import threading
 
 import requests
 
-from lucid_hub.tools.loopback import Relay, free_port, serve_http
+from lucid_bench.loopback import Relay, serve_http
+from lucid_hub.demo.ports import free_port
 
 
 class LoopbackProxy:

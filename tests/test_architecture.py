@@ -111,13 +111,26 @@ def test_the_checks_see_an_upward_import(tmp_path: Path) -> None:
     sample = tmp_path / "probe.py"
     sample.write_text("from lucid_hub import runtime, errors\nfrom ..web import app\n"
                       "def f():\n    import lucid_hub.cli\n"
-                      "if TYPE_CHECKING:\n    from lucid_hub.tools.bench import e2e\n", encoding="utf-8")
+                      "if TYPE_CHECKING:\n    from lucid_hub.demo import processes\n", encoding="utf-8")
     found = imports(sample, "lucid_hub.rdf.probe")
     assert found == {"lucid_hub.runtime", "lucid_hub.errors", "lucid_hub.web", "lucid_hub.cli",
-                     "lucid_hub.tools.bench"}
+                     "lucid_hub.demo"}
     table = layers()
     assert sorted(t for t in found if table[unit_of(t)] > table["rdf"]) == [
-        "lucid_hub.cli", "lucid_hub.runtime", "lucid_hub.tools.bench", "lucid_hub.web"]
+        "lucid_hub.cli", "lucid_hub.demo", "lucid_hub.runtime", "lucid_hub.web"]
+
+
+def test_the_hub_uses_the_benchmarks_only_to_run_them() -> None:
+    """`lucid_bench` (benchmarks and hostile partners, beside the package) may use the hub; the
+    hub imports it only where `lucid-hub bench` runs one."""
+    users = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(name == "lucid_bench" or name.startswith("lucid_bench.") for name in names):
+                users.add(module_name(path))
+    assert users == {"lucid_hub.cli.bench"}
 
 
 # The composition root builds the parts and wires them; nothing else reaches into another

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
-from lucid_hub.tools.hubproc import HubProcess
-from lucid_hub.tools.loopback import free_port, wait_for_port
+from lucid_hub.demo.ports import free_port, wait_for_port
+from lucid_hub.demo.processes import HubProcess
 
 G = "https://acme.example/graphs/kpi"
 V1 = '<https://acme.example/kpi/1> <https://acme.example/value> "1" .\n'

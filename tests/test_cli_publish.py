@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lucid_hub.tools.loopback import free_port, wait_for_port
+from lucid_hub.demo.ports import free_port, wait_for_port
 
 G = "http://example.org/graphs/kpi"
 V1 = '<http://ex/kpi1> <http://ex/value> "12.50"^^<http://www.w3.org/2001/XMLSchema#decimal> .\n'

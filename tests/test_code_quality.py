@@ -9,7 +9,7 @@ from tests.conftest import REPO
 
 
 def test_ruff_is_clean() -> None:
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "lucid_hub", "tests"], cwd=REPO,
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "lucid_hub", "lucid_bench", "tests"], cwd=REPO,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -15,7 +15,7 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
-from lucid_hub.tools.loopback import free_port
+from lucid_hub.demo.ports import free_port
 from tests.conftest import RunningHub, running_hub
 from tests.test_websub import G, grant, publish
 

@@ -25,7 +25,7 @@ import click
 import pytest
 
 from lucid_hub.cli import cli
-from lucid_hub.tools.loopback import free_port
+from lucid_hub.demo.ports import free_port
 from tests.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -13,9 +13,9 @@ import pyoxigraph as ox
 import pytest
 import requests
 
+from lucid_hub.demo.ports import free_port
+from lucid_hub.demo.processes import HubProcess, wait_until
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.tools.hubproc import HubProcess, wait_until
-from lucid_hub.tools.loopback import free_port
 from tests.proxy import LoopbackProxy
 
 G = "https://acme.example/graphs/orders"

@@ -347,8 +347,8 @@ def test_every_configuration_the_chart_renders_starts_a_real_hub(profile: str, t
     start a hub that answers /readyz 200 (a default install crash-looped on the chart's own
     access conditions while lint and template passed). Only what cannot exist here is swapped:
     the cluster's database (SQLite), its Kafka (the test's broker), the paths and ports."""
-    from lucid_hub.tools.hubproc import HubProcess, wait_until
-    from lucid_hub.tools.loopback import free_port
+    from lucid_hub.demo.ports import free_port
+    from lucid_hub.demo.processes import HubProcess, wait_until
 
     values = {"database": {"url": "postgresql+psycopg://lucid@db/lucid"}} if profile == "defaults" else PROFILES[profile]
     objects = render(values)

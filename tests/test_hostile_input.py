@@ -16,8 +16,8 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lucid_hub.demo.processes import HubProcess
 from lucid_hub.nesting import MAX_NESTING, json_nesting
-from lucid_hub.tools.hubproc import HubProcess
 from tests.conftest import RunningHub, assert_consistent
 
 G = "http://example.org/graphs/kpi"

@@ -1,7 +1,7 @@
 """The hostile-partner suite: a partner that misbehaves slows only itself. Each test measures a
 well-behaved party in the same test, unloaded and under the attack, and asserts its p99 stays
 within 2x (a ratio of two figures of one run, never an absolute time) and that it loses
-nothing. Real hubs on loopback; the hostile side is a real HTTP server (lucid_hub/tools/hostile.py) in
+nothing. Real hubs on loopback; the hostile side is a real HTTP server (lucid_bench/attackers.py) in
 front of a real publisher, changing only what the attack needs."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from lucid_hub.tools.hostile import HostilePublisher
+from lucid_bench.attackers import HostilePublisher
 from tests.conftest import RunningHub, running_hub
 from tests.test_mirror import DEV, TTL, partner_client, wait
 
@@ -315,7 +315,7 @@ def test_a_partys_heavy_rule_delays_no_other_partys_publishes(tmp_path: Path) ->
     budget, fired by its publishes, slowed an admin's publishes to another graph (with a light
     rule of its own) from 0.13 s to 2.4-3.5 s: every party's rules waited for the one worker.
     Each party's rules now have a lane (a worker) of their own, and a lane that overran rests."""
-    from lucid_hub.tools.bench.hostile import RULES_ENV, rules_attack
+    from lucid_bench.hostile import RULES_ENV, rules_attack
 
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", RULES_ENV) as hub:
         found = rules_attack(hub.url, hub.runtime, hub.http, SAMPLES)

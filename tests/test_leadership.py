@@ -11,9 +11,9 @@ from sqlalchemy import update
 
 from lucid_hub.db.models import Lease
 from lucid_hub.db.session import Database
+from lucid_hub.demo.processes import wait_until
 from lucid_hub.leadership import Leadership
 from lucid_hub.runtime import replica_id
-from lucid_hub.tools.hubproc import wait_until
 
 
 def database(url: str) -> Database:

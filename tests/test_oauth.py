@@ -17,7 +17,7 @@ import requests
 from joserfc import jwt
 from joserfc.jwk import KeySet, OKPKey, RSAKey
 
-from lucid_hub.tools.loopback import free_port
+from lucid_hub.demo.ports import free_port
 from tests.conftest import RunningHub, running_hub
 
 G = "http://example.org/graphs/kpi"

@@ -20,12 +20,13 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, select
 
+from lucid_bench.loopback import kafka_broker
 from lucid_hub.client.tokens import client_credentials_token
 from lucid_hub.commands.worker import GROUP
 from lucid_hub.db.models import LogEntry, LogOffset, Mirror, Subscription
+from lucid_hub.demo.ports import free_port
+from lucid_hub.demo.processes import HubProcess, wait_until
 from lucid_hub.logging_setup import redact
-from lucid_hub.tools.hubproc import HubProcess, wait_until
-from lucid_hub.tools.loopback import free_port, kafka_broker
 from tests.conftest import Callback, running_hub
 from tests.proxy import LoopbackProxy
 from tests.test_websub import G, active, grant, publish, subscribe, subscriber

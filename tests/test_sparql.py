@@ -17,7 +17,7 @@ import pyoxigraph as ox
 import pytest
 import requests
 
-from lucid_hub.tools.hubproc import wait_until
+from lucid_hub.demo.processes import wait_until
 from tests.conftest import RunningHub, assert_consistent, running_hub
 
 ACME = "https://acme.example/graphs/"

@@ -15,9 +15,9 @@ from typing import Any
 import pyoxigraph as ox
 import requests
 
+from lucid_hub.demo.processes import HubProcess, wait_until
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
-from lucid_hub.tools.hubproc import HubProcess, wait_until
 from tests.conftest import whole_canonical
 
 RELEASE = Path(__file__).parent / "upgrade" / "release-7af9ae9"

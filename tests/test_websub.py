@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import requests
 
+from lucid_hub.demo.ports import free_port
 from lucid_hub.errors import InputError
-from lucid_hub.tools.loopback import free_port
 from tests.conftest import Callback, RunningHub, running_hub
 
 G = "http://example.org/graphs/kpi"

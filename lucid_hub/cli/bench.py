@@ -32,7 +32,7 @@ def bench() -> None:
 def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_baseline_triples: int,
                 change: float, seed: int) -> None:
     """MSG hashing and diff of generated graphs, against rdflib's canonicalisation."""
-    from lucid_hub.tools.bench.canon import run
+    from lucid_bench.canon import run
 
     run(triples=triples, blank_triples=blank_triples, baseline_triples=baseline_triples,
         blank_baseline_triples=blank_baseline_triples, change=change, seed=seed)
@@ -53,7 +53,7 @@ def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_b
 def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, kafka: bool, graphs: int,
                   workers: int, core: bool) -> None:
     """Publishing latency, throughput and bulk re-publish, against direct pyoxigraph writes."""
-    from lucid_hub.tools.bench.publish import run
+    from lucid_bench.publish import run
 
     run(updates=updates, clients=clients, bulk_triples=bulk_triples, change=change, kafka=kafka, graphs=graphs,
         workers=workers, core=core)
@@ -67,7 +67,7 @@ def bench_publish(updates: int, clients: int, bulk_triples: int, change: float, 
 @click.option("--seed", default=1, show_default=True)
 def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, seed: int) -> None:
     """Token validation plus access decision per request, against naive evaluation."""
-    from lucid_hub.tools.bench.auth import run
+    from lucid_bench.auth import run
 
     if min(conditions, clients, request_count) < 1 or graphs < 100:
         raise InputError("--conditions, --clients and --requests must be positive, --graphs at least 100")
@@ -83,7 +83,7 @@ def bench_auth(conditions: int, graphs: int, clients: int, request_count: int, s
               help="Largest update the previous release's rdflib translation is timed for (it grows as N squared).")
 def bench_sparql(triples: int, queries: int, updates: str, baseline_limit: int) -> None:
     """Guarded SPARQL queries and updates over HTTP, against in-process pyoxigraph and rdflib."""
-    from lucid_hub.tools.bench.sparql import run
+    from lucid_bench.sparql import run
 
     sizes = _counts(updates, "--updates")
     if triples < 2 or queries < 2 or any(n < 1 for n in sizes):
@@ -99,7 +99,7 @@ def bench_sparql(triples: int, queries: int, updates: str, baseline_limit: int) 
 @click.option("--triples", default=100_000, show_default=True, help="Triples of the large patch (0: skip).")
 def bench_e2e(mirrors: str, patches: int, rate: float, missed: int, triples: int) -> None:
     """Publisher to mirrors: latency, catch-up rate, large-patch apply against pyoxigraph's load."""
-    from lucid_hub.tools.bench.e2e import run
+    from lucid_bench.e2e import run
 
     counts = _counts(mirrors, "--mirrors")
     if any(n < 1 for n in counts) or patches < 1 or rate <= 0 or missed < 0 or triples < 0:
@@ -120,7 +120,7 @@ def bench_e2e(mirrors: str, patches: int, rate: float, missed: int, triples: int
               "its tables are dropped before each run.")
 def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, workers: int, database: str) -> None:
     """WebSub fan-out: deliveries/s and publish-to-delivered latency to loopback callbacks."""
-    from lucid_hub.tools.bench.fanout import run
+    from lucid_bench.fanout import run
 
     counts = _counts(subscribers, "--subscribers")
     if any(n < 1 for n in counts) or deliveries < 1 or workers < 0:
@@ -137,7 +137,7 @@ def bench_fanout(subscribers: str, deliveries: int, kafka: bool, baseline: str, 
 @click.option("--clients", default=4, show_default=True, help="Load client processes.")
 def bench_scale(replicas: str, database: str, reads: int, publishes: int, clients: int) -> None:
     """Hub replicas on one database: reads, queries and publishes per second, lag, start times."""
-    from lucid_hub.tools.bench.scale import run
+    from lucid_bench.scale import run
 
     counts = _counts(replicas, "--replicas")
     if any(n < 1 for n in counts) or min(reads, publishes, clients) < 1:
@@ -153,7 +153,7 @@ def bench_scale(replicas: str, database: str, reads: int, publishes: int, client
 @click.option("--runs", default=20, show_default=True, help="Renders of each page.")
 def bench_console(patches: int, subscriptions: int, runs: int) -> None:
     """The console's pages: render times with a long history and many subscribers (goal 300 ms)."""
-    from lucid_hub.tools.bench.console import run
+    from lucid_bench.console import run
 
     if min(patches, subscriptions, runs) < 1:
         raise InputError("--patches, --subscriptions and --runs must be positive")
@@ -172,7 +172,7 @@ def bench_tls(deliveries: int, in_flight: int) -> None:
     missing = [name for name in ("hypercorn", "trustme") if importlib.util.find_spec(name) is None]
     if missing:
         raise InputError(f"bench tls needs {' and '.join(missing)} (pip install -e '.[bench]')")
-    from lucid_hub.tools.bench.tls import run
+    from lucid_bench.tls import run
 
     click.echo(f"== {deliveries} deliveries to an https callback on loopback, {in_flight} in flight")
     run(deliveries, in_flight)
@@ -186,7 +186,7 @@ def bench_hostile(samples: int, attacks: str) -> None:
     """A well-behaved party's p99 beside a hostile partner, against its p99 alone."""
     if samples < 10:
         raise InputError("--samples must be 10 or more (a p99 of fewer is the maximum)")
-    from lucid_hub.tools.bench.hostile import run
+    from lucid_bench.hostile import run
 
     run(samples, [a for a in attacks.split(",") if a])
 
@@ -199,7 +199,7 @@ def bench_push(connections: int, events: int, samples: int) -> None:
     """Memory, request latency and fan-out latency with thousands of open push channels."""
     if connections < 1 or events < 1 or samples < 10:
         raise InputError("--connections and --events must be 1 or more, --samples 10 or more")
-    from lucid_hub.tools.bench.push import run
+    from lucid_bench.push import run
 
     run(connections, events, samples)
 
@@ -214,7 +214,7 @@ def bench_push(connections: int, events: int, samples: int) -> None:
 def bench_queries(subscriptions: str, patches: int, rate: float, idle: int, seed: int) -> None:
     """Continuous query subscriptions: latency, notifications/s, evaluations per patch, memory,
     against the naive strategy (re-run every subscription after every patch)."""
-    from lucid_hub.tools.bench.queries import run
+    from lucid_bench.queries import run
 
     counts = _counts(subscriptions, "--subscriptions")
     if any(n < 1 for n in counts) or patches < 1 or rate <= 0 or idle < 0:
@@ -233,7 +233,7 @@ def bench_queries(subscriptions: str, patches: int, rate: float, idle: int, seed
 def bench_streams(triples: int, patches: int, clients: str, events: int, rate: float, burst: int, seed: int) -> None:
     """Streams as Linked Data: replicating a history over LDES against the patch archive, and
     Server-Sent Events fan-out latency and events/s against one client."""
-    from lucid_hub.tools.bench.streams import run
+    from lucid_bench.streams import run
 
     counts = _counts(clients, "--clients")
     if triples < 10 or patches < 1 or events < 1 or burst < 1 or rate <= 0 or any(n < 1 for n in counts):
@@ -251,7 +251,7 @@ def bench_streams(triples: int, patches: int, clients: str, events: int, rate: f
 def bench_rules(counts: str, publishes: int, patches: int, rate: float) -> None:
     """Rules: added publish latency and throughput with 0-1,000 rules (one matching immediate
     rule, the rest not matching), and partner patch -> derived patch at a third hub."""
-    from lucid_hub.tools.bench.rules import run
+    from lucid_bench.rules import run
 
     numbers = sorted(_counts(counts, "--rules"))
     if any(n < 1 for n in numbers) or publishes < 2 or patches < 0 or rate <= 0:
@@ -270,7 +270,7 @@ def bench_rules(counts: str, publishes: int, patches: int, rate: float) -> None:
               help="Also time Spark's floor: the lines read and grouped, no RDF parsing.")
 def bench_diff(sizes: str, work: Path, master: str, engines: str, floor: bool) -> None:
     """Snapshot diffs: Spark and local engines against LC_ALL=C sort + comm on the same files."""
-    from lucid_hub.tools.bench.diff import run
+    from lucid_bench.diff import run
 
     numbers = _counts(sizes, "--sizes")
     chosen = [e.strip() for e in engines.split(",") if e.strip()]

@@ -35,11 +35,11 @@ def demo(state: Context, workdir: Path | None, offline: bool) -> None:
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     if offline:
-        from lucid_hub.tools.demo_patches import run as run_offline
+        from lucid_hub.demo.offline import run as run_offline
 
         run_offline(workdir, click.echo, state.canonicalizer)
         return
-    from lucid_hub.tools.demo import run
+    from lucid_hub.demo import run
 
     run(workdir, click.echo)
 

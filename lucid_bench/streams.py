@@ -39,7 +39,7 @@ import click
 import pyoxigraph as ox
 import requests
 
-from lucid_hub.tools.hubproc import HubProcess
+from lucid_hub.demo.processes import HubProcess
 
 EX = "http://example.org/bench/"
 GRAPH = EX + "graph/assets"

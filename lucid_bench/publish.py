@@ -24,8 +24,9 @@ import click
 import pyoxigraph as ox
 import requests
 
-from lucid_hub.tools.bench.clients import timed_clients
-from lucid_hub.tools.loopback import free_port, kafka_broker, wait_for_port
+from lucid_bench.clients import timed_clients
+from lucid_bench.loopback import kafka_broker
+from lucid_hub.demo.ports import free_port, wait_for_port
 
 GRAPH = "http://example.org/graph/bench-publish"
 NT = {"Content-Type": "application/n-triples"}
@@ -166,7 +167,7 @@ def _baseline(updates: int, directory: Path) -> tuple[list[float], float]:
 
 
 def _bulk(url: str, directory: Path, triples: int, change: float) -> tuple[float, float, int, int]:
-    from lucid_hub.tools.bench.canon import generate
+    from lucid_bench.canon import generate
 
     (dataset, _) = generate(directory, triples, 1000, change, seed=3)
     start = time.perf_counter()

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 import pyoxigraph as ox
 
-from lucid_hub.tools.bench.publish import NT, _hub
+from lucid_bench.publish import NT, _hub
 
 GRAPH = "http://example.org/graph/bench-sparql"
 QUERIES = {name: text.replace("GRAPH_IRI", GRAPH) for name, text in {

@@ -25,7 +25,7 @@ import click
 import psutil
 import requests
 
-from lucid_hub.tools.hubproc import HubProcess
+from lucid_hub.demo.processes import HubProcess
 
 G = "https://bench.example/open/kpi"
 PUBLIC = {"iri": "urn:bench:public", "requiresGroup": ["urn:lucid-hub:everyone"], "readGraph": [G]}

@@ -20,7 +20,8 @@ from http.server import BaseHTTPRequestHandler
 
 import requests
 
-from lucid_hub.tools.loopback import Relay, free_port, serve_http
+from lucid_bench.loopback import Relay, serve_http
+from lucid_hub.demo.ports import free_port
 
 ATTACKS = ("empty", "repeat", "huge", "trickle", "dribble")
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pyoxigraph as ox
 import requests
 
+from lucid_hub.demo.processes import EventStream, HubProcess, wait_until
 from lucid_hub.errors import LucidError
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.tools.hubproc import EventStream, HubProcess, wait_until
 
 GRAPH = "https://acme.example/graphs/supply-chain"
 GROUP = "partner-globex"

@@ -29,8 +29,9 @@ from urllib.parse import parse_qs, urlsplit
 import click
 import requests
 
-from lucid_hub.tools.hubproc import HubProcess, wait_until
-from lucid_hub.tools.loopback import free_port, kafka_broker, wait_for_port
+from lucid_bench.loopback import kafka_broker
+from lucid_hub.demo.ports import free_port, wait_for_port
+from lucid_hub.demo.processes import HubProcess, wait_until
 
 GRAPH = "http://example.org/graphs/bench-fanout"
 PACED_RATE = 200.0  # deliveries/s of the latency phase (patches/s = this / subscribers)

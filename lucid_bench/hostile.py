@@ -5,7 +5,7 @@ at most 2x its p99 without it).
 - Mirrors: two in-process hubs on loopback; the partner mirrors a graph of the publisher and
   its p99 from publish to applied (seen on the partner's own patch stream) is measured alone,
   then while the partner also mirrors a graph through a hostile publisher
-  (lucid_hub.tools.hostile: endless, repeating, 100 MB, trickling, dribbling archive pages).
+  (lucid_bench.attackers: endless, repeating, 100 MB, trickling, dribbling archive pages).
 - Heavy windows: one hub; a party's continuous query's p99 from update to notification (its
   SSE stream), alone, then while another party sends three `PUT /windows/…` at a time whose
   query overruns the budget (LUCID_QUERY_BUDGET=1 here); and the same with three
@@ -32,9 +32,9 @@ from typing import Any
 import click
 import requests
 
+from lucid_bench.attackers import ATTACKS, HostilePublisher
+from lucid_bench.queries import _hub
 from lucid_hub.policy.model import Condition
-from lucid_hub.tools.bench.queries import _hub
-from lucid_hub.tools.hostile import ATTACKS, HostilePublisher
 
 G = "https://acme.example/graphs/kpi"
 ROUND = {"LUCID_DEV_MODE": "1", "LUCID_LEASE_MIN": "120", "LUCID_MIRROR_ROUND_SECONDS": "3",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from lucid_hub.tools.hubproc import EventStream, HubProcess, wait_until
+from lucid_hub.demo.processes import EventStream, HubProcess, wait_until
 
 GRAPH = "https://acme.example/graphs/bench-e2e"
 GROUP = "bench-partners"

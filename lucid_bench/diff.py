@@ -180,7 +180,7 @@ def floor_main() -> None:
 
 
 def _floor(old: Path, new: Path, master: str) -> Run:
-    return run_watched([sys.executable, "-c", "from lucid_hub.tools.bench.diff import floor_main; floor_main()",
+    return run_watched([sys.executable, "-c", "from lucid_bench.diff import floor_main; floor_main()",
                         str(old), str(new), master])
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from lucid_hub.tools.loopback import free_port, wait_for_port
+from lucid_hub.demo.ports import free_port, wait_for_port
 
 ADMIN_SCOPES = ["graphs:read", "graphs:write", "hub:subscribe", "admin"]
 

@@ -157,7 +157,7 @@ def measure(old: str, new: str) -> dict[str, Any]:
 
 
 def _measure_in_child(old: Path, new: Path) -> dict[str, Any]:
-    code = ("import json,sys; from lucid_hub.tools.bench.canon import measure; "
+    code = ("import json,sys; from lucid_bench.canon import measure; "
             "print(json.dumps(measure(sys.argv[1], sys.argv[2])))")
     result = subprocess.run([sys.executable, "-c", code, str(old), str(new)],
                             capture_output=True, text=True, check=False)

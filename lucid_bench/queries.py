@@ -35,7 +35,7 @@ import click
 import psutil
 import requests
 
-from lucid_hub.tools.loopback import free_port
+from lucid_hub.demo.ports import free_port
 
 EX = "http://example.org/bench/"
 ORDERS = EX + "graph/orders"
