@@ -211,3 +211,49 @@ def test_the_check_sees_a_patched_attribute(tmp_path: Path) -> None:
     assert foreign_assignments(sample, owners, "lucid_hub.rules.probe") == [
         "lucid_hub.rules.probe:2 sets .hooks (held by publish)",
         "lucid_hub.rules.probe:3 sets .relay (held by publish)"]
+
+
+MAX_METHODS, MAX_CLASS_LINES, MAX_MODULE_LINES = 20, 400, 500
+
+
+def size_exceptions() -> dict[str, str]:
+    """`path` or `path:Class` -> the reason docs/architecture.md gives for its size."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = re.search(r"```sizes\n(.*?)```", text, re.S)
+    assert block, "docs/architecture.md has no ```sizes block"
+    out = {}
+    for line in block.group(1).strip().splitlines():
+        name, reason = line.split(": ", 1)
+        out[name] = reason
+    return out
+
+
+def oversized(root: Path = PACKAGE) -> set[str]:
+    """Modules over MAX_MODULE_LINES, classes over MAX_METHODS methods or MAX_CLASS_LINES lines."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        name = path.relative_to(REPO).as_posix() if root == PACKAGE else path.name
+        if source.count("\n") > MAX_MODULE_LINES:
+            found.add(name)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                methods = [b for b in node.body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                assert node.end_lineno is not None
+                if len(methods) > MAX_METHODS or node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                    found.add(f"{name}:{node.name}")
+    return found
+
+
+def test_classes_and_modules_stay_small_unless_the_map_says_why() -> None:
+    exceptions = size_exceptions()
+    found = oversized()
+    assert sorted(found - set(exceptions)) == [], "too large, and docs/architecture.md (```sizes) gives no reason"
+    assert sorted(set(exceptions) - found) == [], "the ```sizes block names what is no longer too large"
+
+
+def test_the_size_check_sees_a_large_class(tmp_path: Path) -> None:
+    methods = "".join(f"    def m{i}(self) -> None:\n        pass\n" for i in range(MAX_METHODS + 1))
+    (tmp_path / "big.py").write_text(f"class Big:\n{methods}", encoding="utf-8")
+    (tmp_path / "small.py").write_text("class Small:\n    def one(self) -> None:\n        pass\n", encoding="utf-8")
+    assert oversized(tmp_path) == {"big.py:Big"}
