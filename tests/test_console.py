@@ -507,7 +507,7 @@ def test_deliveries_are_counted_in_one_row_a_minute_by_every_process_and_a_day_i
     from datetime import UTC, datetime, timedelta
 
     from lucid_hub.db.session import Database
-    from lucid_hub.delivery.deliverer import count_deliveries, deliveries_by_minute
+    from lucid_hub.delivery.records import count_deliveries, deliveries_by_minute
 
     db = Database(db_url)
     db.upgrade()

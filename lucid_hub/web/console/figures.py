@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lucid_hub.db.session import Database
-from lucid_hub.delivery.deliverer import deliveries_by_minute
+from lucid_hub.delivery.records import deliveries_by_minute
 from lucid_hub.errors import NotFoundError
 from lucid_hub.mirror import list_mirrors
 from lucid_hub.web.http import runtime
