@@ -19,7 +19,7 @@ import click
 from lucid_hub.auth.clients import ClientRegistry
 from lucid_hub.auth.tokens import TokenService
 from lucid_hub.db.session import Database
-from lucid_hub.policy.engine import PolicyEngine, applies, grants
+from lucid_hub.policy.decisions import PolicyEngine, applies, grants
 from lucid_hub.policy.model import Condition
 from lucid_hub.signing import KeyRing
 

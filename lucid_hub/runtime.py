@@ -20,7 +20,6 @@ from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
 from lucid_hub.errors import StoreError
-from lucid_hub.hub import CallbackNotices, WebSubHub
 from lucid_hub.leadership import Leadership
 from lucid_hub.locks import DatabaseLocks, exclusive
 from lucid_hub.log import PatchLog, open_log
@@ -33,10 +32,11 @@ from lucid_hub.metrics import (
     subscription_metrics,
 )
 from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
+from lucid_hub.patch_stream import PatchStream
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.queries import QueryService
-from lucid_hub.queries.engine import QueryEngine
+from lucid_hub.queries.evaluator import QueryEngine
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.resources import notification_url
@@ -44,10 +44,10 @@ from lucid_hub.rules.service import RuleParts, RuleService
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
 from lucid_hub.store.sparql import SparqlGuard
-from lucid_hub.stream import PatchStream
 from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
 from lucid_hub.supervisor import Supervisor
+from lucid_hub.websub import CallbackNotices, WebSubHub
 
 log = logging.getLogger(__name__)
 # LUCID_MSG_CACHE_STATEMENTS (the cache's bound before it was in bytes) as bytes.

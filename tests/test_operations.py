@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, select
 
 from lucid_bench.loopback import kafka_broker
 from lucid_hub.client.tokens import client_credentials_token
-from lucid_hub.commands.worker import GROUP
+from lucid_hub.commands.delivery_worker import GROUP
 from lucid_hub.db.models import LogEntry, LogOffset, Mirror, Subscription
 from lucid_hub.demo.ports import free_port
 from lucid_hub.demo.processes import HubProcess, wait_until

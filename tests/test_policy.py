@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lucid_hub.errors import PolicyError
-from lucid_hub.policy.engine import Party, PolicyEngine
+from lucid_hub.policy.decisions import Party, PolicyEngine
 from lucid_hub.policy.model import ALL_GRAPHS, Condition, parse_turtle, to_turtle
 from lucid_hub.policy.policy_graph import POLICY_GRAPH, read_policy_dir
 

@@ -76,7 +76,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def fresh(rt: Any, query: str, graph: str) -> rs.Results:
     """The query evaluated now, directly on the hub's store (not through the service)."""
-    from lucid_hub.queries.worker import _term
+    from lucid_hub.queries.query_process import _term
 
     result: Any = rt.store.query(query, [ox.NamedNode(graph)])
     if isinstance(result, ox.QueryBoolean):
@@ -158,7 +158,7 @@ def test_the_replica_skips_changes_it_loaded_and_reloads_after_its_worker_died(r
     evaluate); the next one applies; after the worker was killed, the new worker's graph is
     newer than the queued changes, and the first of them reloads it (every subscription on
     the graph is then evaluated) rather than looking stale."""
-    from lucid_hub.queries.engine import QueryEngine
+    from lucid_hub.queries.evaluator import QueryEngine
     from lucid_hub.rdf.msg import graph_msgs
     from lucid_hub.store.graphs import StoreChange
 

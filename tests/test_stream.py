@@ -1,4 +1,4 @@
-"""The patch stream (lucid_hub.stream): a graph's patches from a position, in chain order,
+"""The patch stream (lucid_hub.patch_stream): a graph's patches from a position, in chain order,
 resumable, woken by the archiving process and found from another process's archive."""
 
 from __future__ import annotations

@@ -320,7 +320,7 @@ def test_an_expired_lease_stops_deliveries(ws_hub: RunningHub, callback: Callbac
 
 
 def test_callback_safety_rules() -> None:
-    from lucid_hub.hub.callbacks import check_callback, parse_cidrs
+    from lucid_hub.websub.callbacks import check_callback, parse_cidrs
 
     prefixes = ["https://hub.partner.example/cb/", "http://127.0.0.1:9/cb/", "https://10.1.2.3/cb/",
                 "https://169.254.169.254/cb/", "https://hub.globex.example", "https://h.example/r/",
@@ -386,7 +386,7 @@ def test_every_connection_checks_the_address_it_connects_to(monkeypatch: pytest.
     import urllib3
 
     from lucid_hub import outbound
-    from lucid_hub.hub.callbacks import check_callback
+    from lucid_hub.websub.callbacks import check_callback
 
     real = socket.getaddrinfo
     answers = iter(["93.184.216.34"] + ["127.0.0.1"] * 10)  # public first, then rebound to loopback
@@ -566,7 +566,7 @@ def test_a_worker_delivers_from_the_kafka_log(tmp_path: Path, kafka_bootstrap: s
 
 def test_a_workers_policies_answer_concurrent_first_decisions_alike(ws_hub: RunningHub) -> None:
     """Delivery threads decide at once on a fresh worker: none may see the conditions half loaded."""
-    from lucid_hub.policy.engine import Party
+    from lucid_hub.policy.decisions import Party
     from lucid_hub.policy.policy_graph import ArchivePolicies
 
     grant(ws_hub)
@@ -624,7 +624,7 @@ def test_the_same_subscription_verified_at_once_is_one_renewed_subscription(tmp_
     from sqlalchemy import select as sa_select
 
     from lucid_hub.db.models import Subscription
-    from lucid_hub.hub import Request as SubscriptionRequest
+    from lucid_hub.websub import Request as SubscriptionRequest
 
     with running_hub(tmp_path / "data", db_url, {"LUCID_DEV_MODE": "1"}) as hub:
         publish(hub, "0")

@@ -29,7 +29,7 @@ from lucid_hub.auth.clients import ClientRecord
 from lucid_hub.db.models import RevokedToken
 from lucid_hub.db.session import Database
 from lucid_hub.errors import AuthenticationError, ConfigError, InputError
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.signing import ALGORITHM, VERIFY_ALGORITHMS, KeyRing
 
 EXTERNAL_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "Ed25519", "EdDSA"]

@@ -118,7 +118,7 @@ def subscribe(hub_url: str, query_file: Path, graphs: tuple[str, ...], as_json: 
 def worker(state: Context, name: str | None) -> None:
     """Deliver WebSub notifications (beside `serve`; set LUCID_DELIVER_IN_PROCESS=false there to
     leave all delivery to workers). Several workers share the subscriptions."""
-    from lucid_hub.commands.worker import run_worker
+    from lucid_hub.commands.delivery_worker import run_worker
     from lucid_hub.logging_setup import configure_logging
 
     configure_logging(state.settings.log_format, state.settings.log_level.upper())

@@ -34,17 +34,17 @@ from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callbac
 from lucid_hub.delivery.records import SUBS, Outcome, Recorder, Task
 from lucid_hub.delivery.sender import AsyncSender
 from lucid_hub.errors import InputError, NotFoundError
-from lucid_hub.hub.callbacks import parse_cidrs
-from lucid_hub.hub.protocol import MEDIA_TYPES
 from lucid_hub.metrics import Metrics
 from lucid_hub.outbound import AddressPolicy
-from lucid_hub.policy.engine import Action, Decision, Party
+from lucid_hub.patch_stream import PatchStream
+from lucid_hub.policy.decisions import Action, Decision, Party
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.rdf.serialization import write_patch
-from lucid_hub.stream import PatchStream
 from lucid_hub.supervisor import Supervisor
+from lucid_hub.websub.callbacks import parse_cidrs
+from lucid_hub.websub.protocol import MEDIA_TYPES
 
 log = logging.getLogger(__name__)
 BATCH = 100  # patches one subscription gets in a row before others have their turn

@@ -19,7 +19,7 @@ from lucid_hub.archive import ChainLink
 from lucid_hub.db.models import DeliveryMinute, Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import aware, now
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 
 if TYPE_CHECKING:
     from lucid_hub.delivery.deliverer import Deliverer

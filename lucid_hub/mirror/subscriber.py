@@ -62,11 +62,11 @@ from lucid_hub.errors import (
 from lucid_hub.metrics import Metrics
 from lucid_hub.mirror.receipts import Receipts
 from lucid_hub.outbound import AddressPolicy
+from lucid_hub.patch_stream import PatchStream
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import statement_quads
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
-from lucid_hub.stream import PatchStream
 from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -388,7 +388,7 @@ class MirrorService:
             except NotFoundError:
                 raise
             except LucidError as exc:
-                self._note(mirror_id, f"catching up failed: {exc}")
+                self._record_error(mirror_id, f"catching up failed: {exc}")
                 return False
         if state == "active":
             self._send_receipt(mirror_id)
@@ -691,7 +691,7 @@ class MirrorService:
         theirs = list(ox.parse(publisher.graph_at(row.graph, version, budget), format=ox.RdfFormat.N_TRIPLES))
         ours = list(statement_quads(statements))
         if not diff_graph(ours, theirs, row.graph, self.canonicalizer).is_empty:
-            self._note(row.id, f"the clone of <{row.graph}> differs from the publisher's content at {version}: "
+            self._record_error(row.id, f"the clone of <{row.graph}> differs from the publisher's content at {version}: "
                        "the publisher's archive and graph disagree", state="error")
             raise PatchVerificationError(f"the clone of <{row.graph}> differs from the publisher's content")
         log.info("mirror of <%s>: cloned at %s and checked against the publisher's content", row.graph, version)
@@ -728,7 +728,7 @@ class MirrorService:
                      "bytes": len(q.body)} for q in session.scalars(
                 select(Quarantined).where(Quarantined.mirror_id == mirror_id).order_by(Quarantined.id))]
 
-    def _note(self, mirror_id: str, error: str, state: str | None = None) -> None:
+    def _record_error(self, mirror_id: str, error: str, state: str | None = None) -> None:
         log.warning("mirror %s: %s", mirror_id, error)
         values: dict[str, Any] = {"last_error": error[:1024]}
         if state:

@@ -23,7 +23,7 @@ from lucid_hub.archive import Archive, Precondition, at_version
 from lucid_hub.db.models import Denial, HubState
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConflictError, LucidError, NotFoundError, PolicyError, PreconditionFailedError
-from lucid_hub.policy.engine import Action, Decision, Party, PolicyEngine
+from lucid_hub.policy.decisions import Action, Decision, Party, PolicyEngine
 from lucid_hub.policy.model import Condition, conditions_from_quads, parse_turtle
 from lucid_hub.rdf.apply import apply_to_msgs
 from lucid_hub.rdf.canon import Canonicalizer

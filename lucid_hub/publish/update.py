@@ -21,7 +21,7 @@ import pyoxigraph as ox
 
 from lucid_hub.diff import GraphChange
 from lucid_hub.errors import ConflictError, InputError
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.publish.publisher import GraphView, Publisher, StaleChange
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs, Msg, by_hash, graph_msgs

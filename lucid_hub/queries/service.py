@@ -44,10 +44,10 @@ from lucid_hub.errors import (
     QueryLimitExceeded,
     StoreError,
 )
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.policy.policy_graph import POLICY_GRAPH, PolicyService
 from lucid_hub.queries import results as rs
-from lucid_hub.queries.engine import BudgetExceeded, Overruns, QueryEngine, Refusal, Registration
+from lucid_hub.queries.evaluator import BudgetExceeded, Overruns, QueryEngine, Refusal, Registration
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.statements import terms
 from lucid_hub.store.graphs import GraphStore, StoreChange

@@ -48,10 +48,10 @@ from lucid_hub.errors import (
     NotFoundError,
     QueryLimitExceeded,
 )
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish.publisher import Publisher
-from lucid_hub.queries.engine import BudgetExceeded, Overruns, QueryEngine, Refusal
+from lucid_hub.queries.evaluator import BudgetExceeded, Overruns, QueryEngine, Refusal
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import read_rdf_patch

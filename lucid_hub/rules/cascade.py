@@ -22,7 +22,7 @@ from typing import Any
 from lucid_hub.archive import Archive
 from lucid_hub.errors import LucidError
 from lucid_hub.metrics import Metrics
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.publish.faults import crash_point
 from lucid_hub.publish.hooks import Writer
 from lucid_hub.rdf.canon import Canonicalizer

@@ -19,7 +19,7 @@ from lucid_hub.db.models import RuleCursor
 from lucid_hub.db.session import Database
 from lucid_hub.errors import LucidError
 from lucid_hub.metrics import Metrics
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.publish.hooks import Writer
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from lucid_hub.config import Settings
-from lucid_hub.queries.engine import BudgetExceeded, Refusal
+from lucid_hub.queries.evaluator import BudgetExceeded, Refusal
 from lucid_hub.rules.analysis import analyse
 from lucid_hub.rules.language import Rule, RuleSyntaxError
 from lucid_hub.rules.model import OPERATOR, Registered, check_shape

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lucid_hub.metrics import Metrics
-from lucid_hub.queries.engine import BudgetExceeded, Refusal
+from lucid_hub.queries.evaluator import BudgetExceeded, Refusal
 from lucid_hub.rules.model import Owner, Registered, RuleFailed, lane_name
 from lucid_hub.rules.replica import RulesReplica
 from lucid_hub.store.graphs import GraphStore, StoreChange
@@ -59,7 +59,7 @@ class Lane:
             if replica.next_change(change, after=carried):
                 carried.append(change)
             else:
-                replica.carry(carried)
+                replica.apply_all(carried)
                 carried = []
                 replica.apply(change)
         replica.ensure(set(graphs))

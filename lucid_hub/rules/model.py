@@ -11,7 +11,7 @@ from typing import Any
 from rdflib import URIRef
 
 from lucid_hub.errors import LucidError
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rules.language import Rule, RuleSyntaxError
 

@@ -10,11 +10,11 @@ from typing import Any
 from rdflib import Variable
 from rdflib.util import from_n3
 
-from lucid_hub.queries.engine import QueryEngine
+from lucid_hub.queries.evaluator import QueryEngine
 from lucid_hub.rules.language import Pattern, Rule
 from lucid_hub.store.graphs import GraphStore, StoreChange
 
-WORKER = "lucid_hub.rules.worker:handle"
+WORKER = "lucid_hub.rules.rule_process:handle"
 
 
 def _term(text: str) -> Any:
@@ -74,7 +74,7 @@ class RulesReplica(QueryEngine):
         version = next((c.patch for c in reversed(after) if c.graph == change.graph), self._graphs[change.graph])
         return version == change.prev
 
-    def carry(self, changes: list[StoreChange]) -> None:
+    def apply_all(self, changes: list[StoreChange]) -> None:
         """Send changes that `next_change` accepted, on their own (when no firing carries them)."""
         for change in changes:
             self.apply(change)

@@ -16,7 +16,7 @@ from rdflib import URIRef
 from lucid_hub.archive import Archive
 from lucid_hub.errors import NotFoundError
 from lucid_hub.policy.policy_graph import archived_statements
-from lucid_hub.queries.engine import BudgetExceeded, Refusal
+from lucid_hub.queries.evaluator import BudgetExceeded, Refusal
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rules.lanes import Lanes

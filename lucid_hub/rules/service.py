@@ -29,11 +29,10 @@ from lucid_hub.archive import Archive, at_version
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.errors import ConflictError, ForbiddenError, InputError, NotFoundError, PreconditionFailedError
-from lucid_hub.hub.callbacks import check_callback, parse_cidrs
 from lucid_hub.metrics import Metrics
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.publish.publisher import Publisher
-from lucid_hub.queries.engine import BudgetExceeded, Refusal
+from lucid_hub.queries.evaluator import BudgetExceeded, Refusal
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rules.actions import Actions
@@ -50,6 +49,7 @@ from lucid_hub.rules.ruleset import RuleSet
 from lucid_hub.signing import SigningKey
 from lucid_hub.store.graphs import GraphStore
 from lucid_hub.supervisor import Supervisor
+from lucid_hub.websub.callbacks import check_callback, parse_cidrs
 
 
 @dataclass

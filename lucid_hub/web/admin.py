@@ -16,7 +16,7 @@ from lucid_hub import nesting
 from lucid_hub.auth.admins import AdminAccounts
 from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError, PolicyError, RateLimitedError
-from lucid_hub.policy.engine import Action, Party
+from lucid_hub.policy.decisions import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
 from lucid_hub.resources import notification_url
 from lucid_hub.signing import write_private

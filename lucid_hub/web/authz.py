@@ -17,7 +17,7 @@ from lucid_hub.auth.basic import BasicCredentials
 from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, ForbiddenError, NotFoundError, RateLimitedError
-from lucid_hub.policy.engine import ANONYMOUS, Action
+from lucid_hub.policy.decisions import ANONYMOUS, Action
 from lucid_hub.web.http import graph_param, request_address, runtime
 
 # HTTP Basic (a client's id and secret) is for harvesters that know no OAuth: reads only. On

@@ -10,10 +10,10 @@ from lucid_hub.auth import ClientRegistry, TokenService
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
-from lucid_hub.hub import WebSubHub
 from lucid_hub.log import PatchLog
 from lucid_hub.metrics import Metrics
 from lucid_hub.mirror import MirrorService
+from lucid_hub.patch_stream import PatchStream
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.queries import QueryService
@@ -22,9 +22,9 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rules.service import RuleService
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.sparql import SparqlGuard
-from lucid_hub.stream import PatchStream
 from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
+from lucid_hub.websub import WebSubHub
 
 
 class HubParts(Protocol):

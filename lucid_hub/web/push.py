@@ -24,7 +24,7 @@ from typing import Protocol
 from flask import Response, current_app, g, request, stream_with_context
 
 from lucid_hub.archive import ChainLink
-from lucid_hub.stream import PatchStream
+from lucid_hub.patch_stream import PatchStream
 
 # The WSGI environ key under which the front offers to take a push channel over.
 SLOT = "lucid.push"

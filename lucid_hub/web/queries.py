@@ -21,13 +21,13 @@ from simple_websocket import ConnectionClosed
 
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, ForbiddenError, InputError, LucidError
-from lucid_hub.hub import protocol
-from lucid_hub.hub.callbacks import check_callback
 from lucid_hub.queries import results as rs
 from lucid_hub.web import push
 from lucid_hub.web.authz import require_scope
 from lucid_hub.web.errors import status_of
 from lucid_hub.web.http import runtime
+from lucid_hub.websub import protocol
+from lucid_hub.websub.callbacks import check_callback
 
 blueprint = Blueprint("queries", __name__)
 sockets = Blueprint("query_sockets", __name__)

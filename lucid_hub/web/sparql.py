@@ -14,7 +14,7 @@ import pyoxigraph as ox
 from flask import Blueprint, Response, g, jsonify, request
 
 from lucid_hub.errors import InputError, InputTooLargeError, UnsupportedMediaTypeError
-from lucid_hub.policy.engine import Party
+from lucid_hub.policy.decisions import Party
 from lucid_hub.publish.update import run_update
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.web.authz import author, require_graph, require_scope

@@ -11,11 +11,11 @@ from __future__ import annotations
 from flask import Blueprint, Response, request
 
 from lucid_hub.errors import ForbiddenError, InputError, NotFoundError
-from lucid_hub.hub import Request, protocol
-from lucid_hub.hub.callbacks import check_callback
 from lucid_hub.web.authz import require_graph, require_scope
 from lucid_hub.web.errors import text
 from lucid_hub.web.http import runtime
+from lucid_hub.websub import Request, protocol
+from lucid_hub.websub.callbacks import check_callback
 
 blueprint = Blueprint("websub", __name__)
 RESERVED = "urn:lucid-hub:"

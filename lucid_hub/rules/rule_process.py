@@ -1,5 +1,5 @@
 """Rules inside a guard process: a replica of the graphs the rules read (the continuous-query
-worker's, `queries/worker.py`, fed the same way), the rules' parsed conditions and actions,
+worker's, `queries/query_process.py`, fed the same way), the rules' parsed conditions and actions,
 and their firing. The hub process never parses or evaluates SPARQL (see
 `lucid_hub.store.sparql`); it asks this process which rules a change fires and what their
 actions change, and kills it when a firing overruns its time budget.
@@ -38,7 +38,7 @@ from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
 from rdflib.plugins.sparql.sparql import QueryContext
 
 from lucid_hub.guard import Frame
-from lucid_hub.queries import worker as replica
+from lucid_hub.queries import query_process as replica
 from lucid_hub.rules.language import Pattern, Rule, RuleSyntaxError, parse_rules, skip_opaque
 from lucid_hub.store.sparql_worker import (
     NO_GRAPH,

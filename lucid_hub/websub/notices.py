@@ -14,9 +14,9 @@ import requests
 
 from lucid_hub import outbound
 from lucid_hub.config import Settings
-from lucid_hub.hub.callbacks import parse_cidrs
-from lucid_hub.hub.protocol import Request, with_query
 from lucid_hub.outbound import AddressPolicy
+from lucid_hub.websub.callbacks import parse_cidrs
+from lucid_hub.websub.protocol import Request, with_query
 
 log = logging.getLogger(__name__)
 

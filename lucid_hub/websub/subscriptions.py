@@ -18,8 +18,8 @@ from lucid_hub.db.models import Graph, Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import aware, now
 from lucid_hub.errors import ForbiddenError, NotFoundError
-from lucid_hub.hub.notices import CallbackNotices
-from lucid_hub.hub.protocol import NotYoursError, Request
+from lucid_hub.websub.notices import CallbackNotices
+from lucid_hub.websub.protocol import NotYoursError, Request
 
 log = logging.getLogger(__name__)
 

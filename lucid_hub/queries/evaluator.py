@@ -1,4 +1,4 @@
-"""The hub process's side of the continuous-query worker (`queries/worker.py`): which graphs
+"""The hub process's side of the continuous-query worker (`queries/query_process.py`): which graphs
 it holds, which subscriptions it knows, and a new worker, brought back to the same state,
 whenever one had to be killed at a subscription's time budget.
 """
@@ -16,7 +16,7 @@ from lucid_hub.errors import ForbiddenError, InputError, QueryLimitExceeded, Rat
 from lucid_hub.guard import Frame, GuardFailed, GuardProcess
 from lucid_hub.store.graphs import GraphStore, StoreChange
 
-WORKER = "lucid_hub.queries.worker:handle"
+WORKER = "lucid_hub.queries.query_process:handle"
 # Loading a graph is the store's size, not a subscription's work: it gets this long.
 LOAD_TIMEOUT = 600.0
 

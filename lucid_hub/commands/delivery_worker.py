@@ -20,12 +20,12 @@ from lucid_hub.archive import Archive
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
-from lucid_hub.hub import CallbackNotices
 from lucid_hub.log import open_log
 from lucid_hub.metrics import Metrics, canonicalization_metrics, serve_metrics
 from lucid_hub.policy.policy_graph import ArchivePolicies
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.supervisor import Supervisor
+from lucid_hub.websub import CallbackNotices
 
 log = logging.getLogger(__name__)
 GROUP = "lucid-hub-delivery"
