@@ -81,7 +81,6 @@ def _percentiles(work: Callable[[], object], runs: int) -> tuple[float, float]:
 def _live_updates(app: Flask, hub: Runtime, patches: int, runs: int) -> float:
     """Each live stream's update (what a page's Server-Sent Events compute every second while
     the archive changes); the slowest p95."""
-    from lucid_hub.mirror import list_mirrors
     from lucid_hub.web import console
 
     page = [s["id"] for s in hub.hub.subscriptions(limit=console.PAGE)]
@@ -89,7 +88,7 @@ def _live_updates(app: Flask, hub: Runtime, patches: int, runs: int) -> float:
         "overview": lambda: console.overview_figures(hub),
         "graph": lambda: console.graph_figures(GRAPH, patches),
         f"subscribers ({len(page)})": lambda: console.subscription_figures(hub.hub.subscriptions(ids=page)),
-        "mirrors": lambda: console.mirror_figures(list_mirrors(hub.db), {})}
+        "mirrors": lambda: console.mirror_figures(hub.mirror_registry.list(), {})}
     worst = 0.0
     with app.app_context():
         for name, update in updates.items():

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
+from sqlalchemy import text
+
 from lucid_hub import memory
 from lucid_hub.archive import Archive
 from lucid_hub.auth import ClientRegistry, TokenService
+from lucid_hub.auth.admins import AdminAccounts
 from lucid_hub.auth.tokens import TrustedIssuer
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
@@ -31,7 +34,8 @@ from lucid_hub.metrics import (
     serve_metrics,
     subscription_metrics,
 )
-from lucid_hub.mirror import MirroredGraphs, MirrorService, list_mirrors
+from lucid_hub.mirror import MirroredGraphs, MirrorRegistry, MirrorService
+from lucid_hub.outbound import AddressPolicy
 from lucid_hub.patch_stream import PatchStream
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
@@ -77,6 +81,8 @@ class Runtime:
     windows: WindowService  # windowed queries: evaluating (in the leader) once windows.start(roles) ran
     streams: StreamIndex  # the graphs' event streams (LDES), built from the archive when read
     inbox: Inbox  # the graphs' Linked Data Notifications inboxes
+    mirror_registry: MirrorRegistry  # the mirrors as operators and admins add, list, trust and remove them
+    admins: AdminAccounts  # the console's accounts
     rules: RuleService  # event-condition-action rules; deferred ones run (in the leader) once rules.start(roles) ran
     # The process that holds the leadership lease (lucid_hub.leadership): of all processes on
     # all replicas, it alone relays to Kafka, keeps the mirrors, evaluates queries and windows
@@ -104,6 +110,11 @@ class Runtime:
             self.roles.once("take-over", self.lead)
         elif change == "lost":
             self._resign("another process holds the lease, or it ran out before it could be renewed")
+
+    def database_answers(self) -> None:
+        """Raise unless the database answers a trivial statement now (readiness)."""
+        with self.db.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
 
     @property
     def relay_interval(self) -> float:
@@ -268,6 +279,7 @@ class Runtime:
                       Inbox(db, lambda ident: notification_url(settings.public_url, ident),
                             max_bytes=settings.inbox_max_bytes, per_minute=settings.inbox_rate,
                             poll=stream.poll),
+                      MirrorRegistry(db, AddressPolicy.of(settings)), AdminAccounts(db),
                       rules, leader=leader, candidate=slot == 0, leadership=leadership,
                       on_lost_leadership=on_lost_leadership)
         if leadership is not None:
@@ -275,7 +287,7 @@ class Runtime:
             runtime.roles.start()
         metrics.watch(runtime.roles.metrics)
         metrics.watch(lambda: canonicalization_metrics(canonicalizer.failures))
-        metrics.watch(lambda: mirror_metrics(list_mirrors(db)))
+        metrics.watch(lambda: mirror_metrics(runtime.mirror_registry.list()))
         metrics.watch(lambda: cache_metrics(*publisher.cache.held, publisher.cache.max_bytes))
         try:
             if repair:

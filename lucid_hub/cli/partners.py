@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -54,8 +55,6 @@ def mirror_add(state: Context, hub_url: str | None, graph: str | None, graph_url
                client_secret: str, trust_jwks: str | None) -> None:
     """Mirror a graph of another hub; prints the mirror as JSON."""
 
-    from lucid_hub.mirror import add_mirror
-    from lucid_hub.outbound import AddressPolicy
 
     jwks = _jwks_source(trust_jwks)
     remote = hub_for(state, None, None)
@@ -65,7 +64,7 @@ def mirror_add(state: Context, hub_url: str | None, graph: str | None, graph_url
             "client_secret": client_secret, "trust_jwks": jwks})
     else:
         with open_database(state) as database:
-            added = add_mirror(database, policy=AddressPolicy.of(state.settings), graph=graph, hub_url=hub_url,
+            added = _registry(state, database).add(graph=graph, hub_url=hub_url,
                                client_id=client_id, client_secret=client_secret, trust_jwks=jwks,
                                graph_url=graph_url)
     click.echo(json.dumps(added, indent=2))
@@ -76,14 +75,13 @@ def mirror_add(state: Context, hub_url: str | None, graph: str | None, graph_url
 def mirror_list(state: Context) -> None:
     """The mirrors as JSON: state, head, counts of applied and quarantined patches."""
 
-    from lucid_hub.mirror import list_mirrors
 
     remote = hub_for(state, None, None)
     if remote:
         found = call_hub(*remote, "GET", "/admin/mirrors")["mirrors"]
     else:
         with open_database(state, writes=False) as database:
-            found = list_mirrors(database)
+            found = _registry(state, database).list()
     click.echo(json.dumps(found, indent=2))
 
 
@@ -92,14 +90,13 @@ def mirror_list(state: Context) -> None:
 @pass_ctx
 def mirror_remove(state: Context, mirror_ref: str) -> None:
     """Stop mirroring (the hub unsubscribes); the local copy stays readable until purged."""
-    from lucid_hub.mirror import remove_mirror
 
     remote = hub_for(state, None, None)
     if remote:
         call_hub(*remote, "DELETE", "/admin/mirrors", params={"id": mirror_ref})
     else:
         with open_database(state) as database:
-            remove_mirror(database, mirror_ref)
+            _registry(state, database).remove(mirror_ref)
     click.echo(f"mirror {mirror_ref} removed")
 
 
@@ -113,8 +110,6 @@ def mirror_trust(state: Context, mirror_ref: str, source: str, replace: bool) ->
     """Pin the publisher's keys again after it rotated its key; prints the mirror as JSON.
     Patches quarantined for the unknown key are then fetched again and applied."""
 
-    from lucid_hub.mirror import trust_mirror
-    from lucid_hub.outbound import AddressPolicy
 
     jwks = _jwks_source(source)
     assert jwks is not None
@@ -125,9 +120,18 @@ def mirror_trust(state: Context, mirror_ref: str, source: str, replace: bool) ->
         trusted = call_hub(*remote, "POST", f"/admin/mirrors/{ident}/trust", json={"jwks": jwks, "replace": replace})
     else:
         with open_database(state) as database:
-            trusted = trust_mirror(database, mirror_ref, jwks, policy=AddressPolicy.of(state.settings),
+            trusted = _registry(state, database).trust(mirror_ref, jwks,
                                    replace=replace)
     click.echo(json.dumps(trusted, indent=2))
+
+
+
+def _registry(state: Context, database: Any) -> Any:
+    """The mirrors' registry on a database a command opened."""
+    from lucid_hub.mirror import MirrorRegistry
+    from lucid_hub.outbound import AddressPolicy
+
+    return MirrorRegistry(database, AddressPolicy.of(state.settings))
 
 
 @cli.group()

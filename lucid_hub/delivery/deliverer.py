@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy import or_, select, update
@@ -31,7 +31,7 @@ from lucid_hub.db.models import Subscription
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import aware, now
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
-from lucid_hub.delivery.records import SUBS, Outcome, Recorder, Task
+from lucid_hub.delivery.records import SUBS, Outcome, Recorder, Task, deliveries_by_minute
 from lucid_hub.delivery.sender import AsyncSender
 from lucid_hub.errors import InputError, NotFoundError
 from lucid_hub.metrics import Metrics
@@ -320,6 +320,10 @@ class Deliverer:
                 raise InputError("the subscription's lease has ended; the subscriber must subscribe again")
             row.state, row.attempts, row.next_attempt_at = "active", 0, now()
         self._wake.set()
+
+    def by_minute(self, since: datetime) -> dict[datetime, tuple[int, int]]:
+        """(delivered, failed) of each minute from `since` on, by every delivering process."""
+        return deliveries_by_minute(self.db, since)
 
     def wake(self) -> None:
         """Look for due deliveries now (e.g. after a publisher's notice)."""

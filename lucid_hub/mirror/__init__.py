@@ -1,14 +1,7 @@
-"""The subscriber side: mirrors of other hubs' graphs (verify, apply in order, catch up, quarantine)."""
+"""The subscriber side: mirrors of other hubs' graphs (the registry of mirrors; verify, apply
+in order, catch up, quarantine)."""
 
-from lucid_hub.mirror.subscriber import (
-    MirroredGraphs,
-    MirrorService,
-    add_mirror,
-    list_mirrors,
-    pinned_keys,
-    remove_mirror,
-    trust_mirror,
-)
+from lucid_hub.mirror.registry import MirroredGraphs, MirrorRegistry
+from lucid_hub.mirror.subscriber import MirrorService
 
-__all__ = ["MirrorService", "MirroredGraphs", "add_mirror", "list_mirrors", "pinned_keys", "remove_mirror",
-           "trust_mirror"]
+__all__ = ["MirrorRegistry", "MirrorService", "MirroredGraphs"]

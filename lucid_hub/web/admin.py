@@ -13,7 +13,6 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, render_template, request, session, url_for
 
 from lucid_hub import nesting
-from lucid_hub.auth.admins import AdminAccounts
 from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError, PolicyError, RateLimitedError
 from lucid_hub.policy.decisions import Action, Party
@@ -261,7 +260,7 @@ def login() -> Any:
         wait = limiter.retry_after(*keys)
         if wait:
             raise RateLimitedError(f"too many failed sign-ins; try again in {wait} s", wait)
-        if AdminAccounts(runtime().db).verify(username, request.form.get("password", "")):
+        if runtime().admins.verify(username, request.form.get("password", "")):
             session.clear()
             session.permanent = True
             session["admin"] = username

@@ -9,8 +9,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from lucid_hub.archive import ChainLink
 from lucid_hub.errors import InputError
-from lucid_hub.mirror.subscriber import MirrorService, add_mirror, list_mirrors, remove_mirror, trust_mirror
-from lucid_hub.outbound import AddressPolicy
+from lucid_hub.mirror.subscriber import MirrorService
 from lucid_hub.web import push
 from lucid_hub.web.authz import authorized_graph, require_scope
 from lucid_hub.web.http import json_object_body, runtime
@@ -62,7 +61,7 @@ def events() -> Response:
 @blueprint.get("/admin/mirrors")
 def admin_list() -> Response:
     require_scope("admin")
-    return jsonify({"mirrors": list_mirrors(runtime().db)})
+    return jsonify({"mirrors": runtime().mirror_registry.list()})
 
 
 @blueprint.post("/admin/mirrors")
@@ -77,7 +76,7 @@ def admin_add() -> tuple[Response, int]:
             raise InputError(f"{name} must be a string")
     if body.get("trust_jwks") is not None:
         _jwks_given(body["trust_jwks"], "trust_jwks")
-    added = add_mirror(runtime().db, policy=AddressPolicy.of(runtime().settings), graph=body.get("graph"),
+    added = runtime().mirror_registry.add(graph=body.get("graph"),
                        hub_url=body.get("hub"),
                        client_id=body["client_id"], client_secret=body["client_secret"],
                        trust_jwks=body.get("trust_jwks"), graph_url=body.get("from"))
@@ -95,7 +94,7 @@ def admin_trust(mirror_id: str) -> Response:
     _jwks_given(body["jwks"], "jwks")
     if not isinstance(body.get("replace", False), bool):
         raise InputError("replace must be true or false")
-    trusted = trust_mirror(runtime().db, mirror_id, body["jwks"], policy=AddressPolicy.of(runtime().settings),
+    trusted = runtime().mirror_registry.trust(mirror_id, body["jwks"],
                            replace=body.get("replace", False))
     mirrors().wake()
     return jsonify(trusted)
@@ -117,6 +116,6 @@ def admin_quarantine(mirror_id: str) -> Response:
 @blueprint.delete("/admin/mirrors")
 def admin_remove() -> tuple[str, int]:
     require_scope("admin")
-    remove_mirror(runtime().db, request.args.get("id") or request.args.get("graph") or "")
+    runtime().mirror_registry.remove(request.args.get("id") or request.args.get("graph") or "")
     mirrors().wake()
     return "", 202

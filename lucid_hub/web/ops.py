@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 from flask import Blueprint, Flask, Response, g, jsonify, request
-from sqlalchemy import text
 
 from lucid_hub import memory
 from lucid_hub.errors import LogUnavailableError
@@ -37,8 +36,7 @@ def readyz() -> Response:
     503 names what is not ready; a 200 names the mirrors whose partner stalls them."""
     hub = runtime()
     try:
-        with hub.db.engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
+        hub.database_answers()
     except Exception as exc:  # readiness reports, it does not fail
         return plain(503, f"database unreachable: {type(exc).__name__}")
     try:

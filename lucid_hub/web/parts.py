@@ -7,12 +7,12 @@ from typing import Protocol
 
 from lucid_hub.archive import Archive
 from lucid_hub.auth import ClientRegistry, TokenService
+from lucid_hub.auth.admins import AdminAccounts
 from lucid_hub.config import Settings
-from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
 from lucid_hub.log import PatchLog
 from lucid_hub.metrics import Metrics
-from lucid_hub.mirror import MirrorService
+from lucid_hub.mirror import MirrorRegistry, MirrorService
 from lucid_hub.patch_stream import PatchStream
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
@@ -31,7 +31,6 @@ class HubParts(Protocol):
     """The parts of one hub a request may use (`lucid_hub.runtime.Runtime` is the one)."""
 
     settings: Settings
-    db: Database
     archive: Archive
     keys: KeyRing
     canonicalizer: Canonicalizer
@@ -44,6 +43,8 @@ class HubParts(Protocol):
     stream: PatchStream
     log: PatchLog
     mirrors: MirrorService
+    mirror_registry: MirrorRegistry
+    admins: AdminAccounts
     hub: WebSubHub
     delivery: Deliverer
     queries: QueryService
@@ -52,3 +53,6 @@ class HubParts(Protocol):
     inbox: Inbox
     rules: RuleService
     leader: bool
+
+    def database_answers(self) -> None:
+        """Raise unless the database answers a trivial statement now (readiness)."""

@@ -10,10 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lucid_hub.db.session import Database
-from lucid_hub.delivery.records import deliveries_by_minute
 from lucid_hub.errors import NotFoundError
-from lucid_hub.mirror import list_mirrors
 from lucid_hub.web.http import runtime
 
 PAGE = 50  # patches or graphs a page
@@ -83,12 +80,12 @@ def _patch_chart(counts: dict[datetime, int], start: datetime, step: timedelta, 
 DELIVERY_MINUTES = 60  # the minutes the deliveries chart shows
 
 
-def _delivery_chart(db: Database, at: datetime) -> tuple[Chart, int]:
+def _delivery_chart(delivery: Any, at: datetime) -> tuple[Chart, int]:
     """Deliveries a minute over the last hour (every delivering process's, from the table the
     recorders add to), and the current rate: the last whole minute and this one so far."""
     current = at.replace(second=0, microsecond=0)
     start = current - timedelta(minutes=DELIVERY_MINUTES - 1)
-    counts = deliveries_by_minute(db, start)
+    counts = delivery.by_minute(start)
     bars = []
     for i in range(DELIVERY_MINUTES):
         minute = start + timedelta(minutes=i)
@@ -116,7 +113,7 @@ def overview_figures(hub: Any, mirrors: list[dict[str, Any]] | None = None) -> t
     """The overview's moving figures and charts (the page's, and each live update's);
     `mirrors` as the page read them, or read here."""
     total_graphs = hub.archive.graph_page(0, 1)[1]
-    mirrors = list_mirrors(hub.db) if mirrors is None else mirrors
+    mirrors = hub.mirror_registry.list() if mirrors is None else mirrors
     subscriptions, failures = hub.hub.states()
     at = datetime.now(UTC)
     now = at.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)  # the end of this hour
@@ -126,7 +123,7 @@ def overview_figures(hub: Any, mirrors: list[dict[str, Any]] | None = None) -> t
                                   24, "%H:00", "Patches per hour, last 24 hours"),
               "week": _patch_chart(week, now - timedelta(days=7), timedelta(days=1), 7, "%a %d",
                                    "Patches per day, last 7 days")}
-    charts["deliveries"], rate = _delivery_chart(hub.db, at)
+    charts["deliveries"], rate = _delivery_chart(hub.delivery, at)
     figures = {"published": total_graphs - len(mirrors), "mirrored": len(mirrors),
                "subscriptions": _states(Counter(subscriptions)),
                "mirror_states": _states(Counter(m["state"] for m in mirrors)),
@@ -169,7 +166,7 @@ def graph_figures(graph: str, seen: int | None = None, ids: list[int] | None = N
     """A graph's moving figures: version, size, patches, how it is kept, how many patches are
     newer than the page (loaded at `seen`), and its subscribers' rows (those with `ids`)."""
     hub, row = runtime(), _graph_row(graph)
-    mirror = next((m for m in list_mirrors(hub.db) if m["graph"] == graph), None)
+    mirror = next((m for m in hub.mirror_registry.list() if m["graph"] == graph), None)
     newer = row.length - seen if seen is not None else 0
     return {"head": row.head or "(none)", "size": str(hub.archive.size(graph)), "length": str(row.length),
             "kind": f"mirrored from {mirror['hub']} ({mirror['state']}, {mirror['quarantined']} quarantined)"

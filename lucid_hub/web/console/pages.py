@@ -9,7 +9,6 @@ from typing import Any
 from flask import Response, render_template, request
 
 from lucid_hub.errors import InputError, LucidError
-from lucid_hub.mirror import list_mirrors, pinned_keys
 from lucid_hub.rdf.msg import Msg
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -40,7 +39,7 @@ def overview_events() -> Response:
 def overview() -> Any:
     hub = runtime()
     graphs, total_graphs = hub.archive.graph_page(0, 10)
-    mirrors = list_mirrors(hub.db)
+    mirrors = hub.mirror_registry.list()
     attention: list[tuple[str, str, str]] = []  # (what, detail, link)
     for s in hub.hub.subscriptions(worst_first=True, limit=PAGE):  # (the worst; all on the subscribers' page)
         if s["state"] == "failed":
@@ -72,7 +71,7 @@ def overview() -> Any:
 def graphs_page() -> Any:
     offset = _number("offset", 0)
     graphs, total = runtime().archive.graph_page(offset, PAGE)
-    mirrored = {m["graph"] for m in list_mirrors(runtime().db)}
+    mirrored = {m["graph"] for m in runtime().mirror_registry.list()}
     return render_template("graphs.html", graphs=graphs, total=total, offset=offset, page=PAGE, mirrored=mirrored)
 
 
@@ -114,7 +113,7 @@ def patch_page() -> Any:
     patch_id = check_patch_id(request.args.get("id", ""))
     record = hub.archive.patch(patch_id)
     patch = read_rdf_patch(record.body, hub.canonicalizer)
-    pinned = pinned_keys(hub.db, record.graph)
+    pinned = hub.mirror_registry.pinned_keys(record.graph)
     keys = TrustedKeys(pinned) if pinned is not None else TrustedKeys(hub.keys.jwks())
     try:
         verified, problem = keys.verify(patch.id, patch.signature), ""

@@ -11,8 +11,6 @@ from flask import Response, redirect, render_template, request, session, url_for
 
 from lucid_hub.auth.clients import SCOPES
 from lucid_hub.errors import InputError, NotFoundError
-from lucid_hub.mirror import list_mirrors, trust_mirror
-from lucid_hub.outbound import AddressPolicy
 from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.web.admin import ui
 from lucid_hub.web.console.figures import PAGE, Chart, _lags, mirror_figures, subscription_figures
@@ -123,7 +121,7 @@ def delete_client_page() -> Any:
 def mirrors_page() -> Any:
     """The graphs this hub mirrors: publisher, pinned keys, head, state, and each mirror's
     quarantine with the reason for every patch in it."""
-    mirrors = list_mirrors(runtime().db)
+    mirrors = runtime().mirror_registry.list()
     quarantine = {m["id"]: runtime().mirrors.quarantined(m["id"])[:PAGE] for m in mirrors if m["quarantined"]}
     return render_template("mirrors.html", mirrors=mirrors, quarantine=quarantine,
                            figures=mirror_figures(mirrors, _lags(mirrors)), message=request.args.get("message"))
@@ -136,7 +134,7 @@ def mirrors_events() -> Response:
     asked: dict[str, Any] = {"heads": None, "at": 0.0, "lags": {}}
 
     def update() -> tuple[dict[str, Any], dict[str, Chart]]:
-        mirrors = list_mirrors(runtime().db)
+        mirrors = runtime().mirror_registry.list()
         heads = [(m["id"], m["head"], m["state"]) for m in mirrors]
         if heads != asked["heads"] or time.monotonic() - asked["at"] >= LIVE_IDLE:
             asked.update(heads=heads, at=time.monotonic(), lags=_lags(mirrors))
@@ -146,7 +144,7 @@ def mirrors_events() -> Response:
 
 
 def _mirror(mirror_id: str) -> dict[str, Any]:
-    found = next((m for m in list_mirrors(runtime().db) if m["id"] == mirror_id), None)
+    found = next((m for m in runtime().mirror_registry.list() if m["id"] == mirror_id), None)
     if found is None:
         raise NotFoundError(f"no mirror {mirror_id}")
     return found
@@ -192,7 +190,7 @@ def trust_keys() -> Any:
     source = request.form.get("jwks", "")
     if not source.startswith(("https://", "http://")):
         raise InputError("the publisher's keys: an http(s) URL of its JWKS")
-    trusted = trust_mirror(runtime().db, mirror["id"], source, policy=AddressPolicy.of(runtime().settings),
+    trusted = runtime().mirror_registry.trust(mirror["id"], source,
                            replace=request.form.get("replace") == "yes")
     runtime().mirrors.wake()
     return redirect(url_for("admin_ui.mirrors_page", message=f"{mirror['graph']}: keys pinned "
