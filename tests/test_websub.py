@@ -227,10 +227,10 @@ def _failing_count(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
     raises then); the list counts the calls."""
     from sqlalchemy.exc import OperationalError
 
-    from lucid_hub.delivery import deliverer
+    from lucid_hub.delivery import records
 
     calls: list[int] = []
-    real = deliverer.count_deliveries
+    real = records.count_deliveries
 
     def count(*args: Any, **kwargs: Any) -> None:
         calls.append(1)
@@ -238,7 +238,7 @@ def _failing_count(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
             raise OperationalError("UPDATE delivery_minutes …", {}, Exception("database is locked"))
         real(*args, **kwargs)
 
-    monkeypatch.setattr(deliverer, "count_deliveries", count)
+    monkeypatch.setattr(records, "count_deliveries", count)
     return calls
 
 
@@ -256,11 +256,11 @@ def test_a_record_the_database_refused_once_is_written_again_not_delivered_again
 
 def test_a_record_that_cannot_be_written_releases_its_claims_for_a_prompt_redelivery(
         ws_hub: RunningHub, callback: Callback, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lucid_hub.delivery import deliverer
+    from lucid_hub.delivery import records
 
     hub = ws_hub
     subscribed(hub, callback)
-    monkeypatch.setattr(deliverer, "RECORD_RETRIES", (0.05,))
+    monkeypatch.setattr(records, "RECORD_RETRIES", (0.05,))
     calls = _failing_count(monkeypatch, 2)  # the write and its one retry
     patch = publish(hub, "2")
     # Not recorded: delivered again at the next round, not after the claim's minute
