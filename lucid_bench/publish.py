@@ -239,7 +239,7 @@ def _queued_groups(directory: Path, sizes: tuple[int, ...], patches: int) -> dic
 
     from lucid_hub.config import Settings
     from lucid_hub.diff import GraphChange
-    from lucid_hub.publish.commit import _Job
+    from lucid_hub.publish.commit import Job
     from lucid_hub.publish.view import GraphView
     from lucid_hub.rdf.msg import GraphMsgs, graph_msgs
     from lucid_hub.runtime import Runtime
@@ -248,12 +248,12 @@ def _queued_groups(directory: Path, sizes: tuple[int, ...], patches: int) -> dic
     publisher = runtime.publisher
     graph = f"{GRAPH}/queued"
 
-    def job(i: int) -> _Job:
+    def job(i: int) -> Job:
         new = graph_msgs(ox.parse(_update(i), format=ox.RdfFormat.N_TRIPLES), runtime.canonicalizer)
 
         def compute(view: GraphView) -> GraphChange:  # as POST computes it (Publisher.merge)
             return GraphChange(graph, (), tuple(GraphMsgs(new.ground - view.holding(new.ground), new.blank).msgs()))
-        return _Job(compute, "bench", "", None, False, None)
+        return Job(compute, "bench", "", None, False, None)
 
     try:
         for i in range(200):  # a graph with some history first

@@ -58,7 +58,7 @@ class _Stale(Exception):
     """A group commit found the store behind the archive (another process published)."""
 
 
-class _Job:
+class Job:
     """One publish waiting for a group commit: the change to compute, and its outcome."""
 
     def __init__(self, compute: Callable[[GraphView], GraphChange | None], author: str, message: str,
@@ -111,7 +111,7 @@ class Committer:
         # takes it (Committer.publish); off: one transaction per patch.
         self.group_commit = group_commit
         self.announce = announce
-        self._queues: dict[str, collections.deque[_Job]] = {}
+        self._queues: dict[str, collections.deque[Job]] = {}
         self._queues_guard = threading.Lock()
 
     def lock_set(self, graph: str) -> frozenset[str]:
@@ -125,7 +125,7 @@ class Committer:
             return None
         return lambda digest: self.store.held(graph, digest).keys()
 
-    def publish(self, graph: str, job: _Job) -> None:
+    def publish(self, graph: str, job: Job) -> None:
         """Commit one change: in a group with the others waiting for the graph, or alone when
         reactions follow the graph's patches (each reaction before the next patch)."""
         if self.group_commit and not self.hooks.locks_for(graph):
@@ -140,7 +140,7 @@ class Committer:
         with self.locks.writing(self.lock_set(graph)):
             self._commit_alone(graph, job)
 
-    def _commit_alone(self, graph: str, job: _Job) -> None:
+    def _commit_alone(self, graph: str, job: Job) -> None:
         """Publish one change by itself (a graph rules react to: each patch's reaction runs
         before the next patch is computed)."""
         for attempt in range(CAS_ATTEMPTS):
@@ -182,21 +182,21 @@ class Committer:
         job.finish(patch)
 
     @staticmethod
-    def _check_precondition(graph: str, job: _Job, head: str | None) -> None:
+    def _check_precondition(graph: str, job: Job, head: str | None) -> None:
         if job.if_match is not None and not job.if_match(head):
             raise PreconditionFailedError(f"<{graph}> is at version {head or '(none)'}, which the request's "
                                           "precondition (If-Match / If-None-Match) does not accept", head)
         if job.expect_prev and job.prev != head:
             raise ConflictError(f"patch follows {job.prev or 'nothing'}, but <{graph}> is at {head}", head)
 
-    def queue(self, graph: str) -> collections.deque[_Job]:
+    def queue(self, graph: str) -> collections.deque[Job]:
         queue = self._queues.get(graph)
         if queue is None:
             with self._queues_guard:
                 queue = self._queues.setdefault(graph, collections.deque())
         return queue
 
-    def commit_group(self, graph: str, queue: collections.deque[_Job]) -> None:
+    def commit_group(self, graph: str, queue: collections.deque[Job]) -> None:
         """Group commit (under the graph's lock): publish every change waiting for the graph,
         each its own signed patch chained to the one before, in as few database transactions
         and store updates as their content allows (usually one of each): each is computed and
@@ -206,7 +206,7 @@ class Committer:
 
         Nothing is acknowledged before it is archived and in the store; a job's own failure
         (its precondition, its content) is its own; a failure of the commit is every job's."""
-        jobs: list[_Job] = []
+        jobs: list[Job] = []
         while queue and len(jobs) < GROUP_JOBS:
             jobs.append(queue.popleft())
             jobs[-1].taken = True
@@ -230,13 +230,13 @@ class Committer:
             if not job.done:
                 job.finish(error=error)
 
-    def _group_round(self, graph: str, jobs: list[_Job], *, synced: bool) -> None:
+    def _group_round(self, graph: str, jobs: list[Job], *, synced: bool) -> None:
         """Compute and commit the jobs, group by group. _Stale when the store turns out to be
         behind the archive (another process published): sync and run the jobs not done again."""
         head = start = self.store.version(graph)
         chain = self.store.chain(graph, head)  # the group's patches, planned
-        chained: list[_Job] = []  # their jobs
-        outcomes: list[tuple[_Job, BaseException | None]] = []  # decided, told after the commit
+        chained: list[Job] = []  # their jobs
+        outcomes: list[tuple[Job, BaseException | None]] = []  # decided, told after the commit
 
         def doubt() -> None:
             """An answer that a stale store could make wrong (a precondition that fails, no
@@ -294,7 +294,7 @@ class Committer:
                 commit()
         commit()
 
-    def _group_job(self, graph: str, job: _Job, head: str | None, chain: Chain,
+    def _group_job(self, graph: str, job: Job, head: str | None, chain: Chain,
                    doubt: Callable[[], None]) -> Patch | None:
         """One job of a group: its patch on top of `head`, planned in the group's chain (None:
         no change)."""

@@ -25,7 +25,7 @@ from lucid_hub.log import PatchLog
 from lucid_hub.memory import DEFAULT_CACHE_BYTES
 from lucid_hub.metrics import Metrics
 from lucid_hub.publish.cache import MsgCache
-from lucid_hub.publish.commit import GROUP_ROWS, Committer, StaleChange, _Job
+from lucid_hub.publish.commit import GROUP_ROWS, Committer, Job, StaleChange
 from lucid_hub.publish.hooks import Hooks, NoHooks
 from lucid_hub.publish.locks import GraphLocks
 from lucid_hub.publish.relay import Relay
@@ -143,7 +143,7 @@ class Publisher:
         change is computed again (up to CAS_ATTEMPTS times, then 409).
         """
         self._check_writable(graph)
-        job = _Job(compute, author, message, if_match, expect_prev, prev)
+        job = Job(compute, author, message, if_match, expect_prev, prev)
         self.commits.publish(graph, job)
         patch = job.result()
         if patch is None and unchanged is not None:

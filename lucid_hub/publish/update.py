@@ -53,7 +53,7 @@ def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: P
         authorize(sorted(edits))  # GRAPH ?g templates: graphs known only now
         for edit in edits.values():  # the store's own terms: only its blank nodes, as read
             check_no_skolem((_SKOLEM.sub("", s) for s in edit.added), "the update")
-        changes = {graph: _computer(graph, edit, publisher.canonicalizer) for graph, edit in edits.items()}
+        changes = {graph: edit_computer(graph, edit, publisher.canonicalizer) for graph, edit in edits.items()}
         try:
             patches = publisher.publish_all(changes, {g: e.version for g, e in edits.items()}, author=author,
                                             message=message)
@@ -70,7 +70,8 @@ def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: P
     raise ConflictError(f"the graphs changed while the update was evaluated, {UPDATE_ATTEMPTS} times; retry it")
 
 
-def _computer(graph: str, edit: GraphEdit, canonicalizer: Canonicalizer) -> Callable[[GraphView], GraphChange]:
+def edit_computer(graph: str, edit: GraphEdit, canonicalizer: Canonicalizer) -> Callable[[GraphView], GraphChange]:
+    """The change computation of one graph's edit (a SPARQL Update's, a rule action's)."""
     return lambda view: edit_change(graph, edit, view, canonicalizer)
 
 

@@ -13,6 +13,7 @@ from lucid_hub import outbound
 from lucid_hub.config import Settings
 from lucid_hub.diff import GraphChange
 from lucid_hub.publish.hooks import Writer
+from lucid_hub.publish.update import edit_computer
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rules.lanes import Lanes
@@ -48,7 +49,7 @@ class Actions:
                 raise RuleFailed(reg.rule.iri, f"its action wrote <{graph}>, which it may not")
             removed = self.store.published(graph, edit["removed"])
             graph_edit = GraphEdit(self.lanes.lane(reg.owner).replica.version(graph), removed, edit["added"])
-            changes[graph] = _computer(graph, graph_edit, self.canonicalizer)
+            changes[graph] = edit_computer(graph, graph_edit, self.canonicalizer)
             versions[graph] = graph_edit.version
         return list(writer.publish_all(changes, versions, author=f"rule <{reg.rule.iri}>"[:512],
                                        message=f"fired by patch {trigger.id} of <{trigger.graph}>"))
@@ -95,9 +96,3 @@ class Actions:
             raise RuleFailed(rule.iri, f"the inbox {rule.target} did not answer: {type(exc).__name__}") from None
         if reply.status_code not in (201, 202):
             raise RuleFailed(rule.iri, f"the inbox {rule.target} answered HTTP {reply.status_code}")
-
-
-def _computer(graph: str, edit: GraphEdit, canonicalizer: Canonicalizer) -> Callable[[Any], GraphChange]:
-    from lucid_hub.publish.update import edit_change
-
-    return lambda view: edit_change(graph, edit, view, canonicalizer)

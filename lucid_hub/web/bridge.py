@@ -132,17 +132,18 @@ class Clients:
         self.queued = 0  # requests that waited for their client's turn
         self.holds = 0
 
-    async def wait_if_held(self, client: bytes | None, now: float) -> None:
-        """A client that asks again before the Retry-After it was given waits here until then."""
+    def held_for(self, client: bytes | None, now: float) -> float:
+        """Seconds a client that asks again before the Retry-After it was given waits first (0:
+        none; a plain look-up for every other request, nothing awaited)."""
         until = self._held.get(client) if client is not None else None
         if until is None or client is None:
-            return
+            return 0.0
         wait = until - now
-        if wait > 0:
-            self.holds += 1
-            await asyncio.sleep(min(wait, HOLD_SECONDS))  # (throttling the client, not synchronising)
-        else:
+        if wait <= 0:
             del self._held[client]
+            return 0.0
+        self.holds += 1
+        return min(wait, HOLD_SECONDS)
 
     @contextlib.asynccontextmanager
     async def turn(self, client: bytes | None) -> AsyncIterator[None]:

@@ -225,7 +225,9 @@ class Front:
             return
         loop = asyncio.get_running_loop()
         client = client_key(scope)
-        await self.clients.wait_if_held(client, loop.time())
+        held = self.clients.held_for(client, loop.time())
+        if held:
+            await asyncio.sleep(held)  # (throttling the client, not synchronising)
         environ: dict[str, Any] = dict(build_environ(scope, body))  # type: ignore[arg-type]
         environ["CONTENT_LENGTH"] = str(size_of(body))
         environ.pop("HTTP_TRANSFER_ENCODING", None)  # (the body is whole now)
