@@ -155,10 +155,10 @@ def test_a_failing_mirror_is_tried_again_later_and_later(hubs: tuple[RunningHub,
         wait(lambda: proxy.pages >= 1)
         mirrors = partner.runtime.mirrors
         mirror_id = str(mirror_of(partner, H)["id"])
-        wait(lambda: mirrors._failures.get(mirror_id, 0) >= 1)
-        first_wait = mirrors._not_before[mirror_id] - time.monotonic()
-        wait(lambda: mirrors._failures.get(mirror_id, 0) >= 2, timeout=10)
-        second_wait = mirrors._not_before[mirror_id] - time.monotonic()
+        wait(lambda: mirrors.rounds._failures.get(mirror_id, 0) >= 1)
+        first_wait = mirrors.rounds._not_before[mirror_id] - time.monotonic()
+        wait(lambda: mirrors.rounds._failures.get(mirror_id, 0) >= 2, timeout=10)
+        second_wait = mirrors.rounds._not_before[mirror_id] - time.monotonic()
         assert 0.5 <= first_wait <= 2.0 and 1.0 <= second_wait <= 4.0, (first_wait, second_wait)
         assert proxy.pages <= 3  # one page a try: the refusal is at the first empty page
     finally:
@@ -203,13 +203,13 @@ def test_a_long_archive_is_cloned_over_several_rounds_and_checked_at_the_end(tmp
                                   headers={"Accept": "application/json"}).json()
         assert [p["id"] for p in page["patches"]] == ids[:1] and page["next"]
         checked = threading.Event()
-        real_check = partner.runtime.mirrors._check_clone
+        real_check = partner.runtime.mirrors.catchup.check_clone
 
         def check(*args: object) -> None:
             real_check(*args)
             checked.set()
 
-        partner.runtime.mirrors._check_clone = check  # observed, not replaced
+        partner.runtime.mirrors.catchup.check_clone = check  # observed, not replaced
         add(partner, publisher.url, G, partner_client(publisher, partner))
         wait(lambda: mirror_of(partner, G)["head"] == ids[-1] and checked.is_set(),
              show=lambda: mirror_of(partner, G))
@@ -306,8 +306,8 @@ def test_a_round_for_a_mirror_removed_meanwhile_does_nothing(hubs: tuple[Running
     """The rows a schedule read can be a round old: a second round of a removed mirror found no
     row and failed (seen in `bench hostile`, removing the hostile mirror). It is nothing to do."""
     _publisher, partner = hubs
-    assert partner.runtime.mirrors._round("no-such-mirror", "removing", None, "{}") is True
-    assert partner.runtime.mirrors._round("no-such-mirror", "active", None, "{}") is True
+    assert partner.runtime.mirrors.rounds._round("no-such-mirror", "removing", None, "{}") is True
+    assert partner.runtime.mirrors.rounds._round("no-such-mirror", "active", None, "{}") is True
 
 
 def test_a_partys_heavy_rule_delays_no_other_partys_publishes(tmp_path: Path) -> None:
