@@ -223,7 +223,7 @@ def _naive(runtime: Any, spuids: list[str]) -> float:
     its results diffed (on the worker and data the service uses, holding its lock)."""
     from lucid_hub.queries import results as rs
 
-    service = runtime.queries
+    service = runtime.queries.evaluation
     started = time.perf_counter()
     with service.engine.lock:
         for sid in spuids:
@@ -249,7 +249,7 @@ def run(counts: list[int], patches: int, rate: float, idle: int, seed: int) -> N
             spuids = receiver.subscribe([query(n) for n in range(count)])
             took = time.perf_counter() - started
             echo(f"== {count:,} subscriptions ({count / took:,.0f} subscribed/s over {len(receiver.sockets)} sockets)")
-            service = runtime.queries
+            service = runtime.queries.evaluation
             publisher = Publisher(runtime, seed)
 
             # steady rate: latency at the client

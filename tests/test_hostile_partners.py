@@ -252,7 +252,7 @@ def test_a_partys_heavy_queries_delay_no_other_partys_notifications(tmp_path: Pa
         values = " ".join(str(i) for i in range(300))
         heavy = "SELECT (COUNT(*) AS ?n) WHERE { " + " ".join(f"VALUES ?v{k} {{ {values} }}" for k in range(4)) + " }"
         reading = heavy.replace("WHERE { ", f"WHERE {{ GRAPH <{ORDERS}> {{ ?s ?p ?o }} ")  # (a query must read a graph)
-        worker = hub.runtime.queries.engine._worker
+        worker = hub.runtime.queries.evaluation.engine._worker
         state = {"value": "open"}
 
         def p99_of_notifications(count: int) -> float:
@@ -298,7 +298,7 @@ def test_a_partys_heavy_queries_delay_no_other_partys_notifications(tmp_path: Pa
               f"({answers.count(429)} of {len(answers)} refused at once)")
         assert [sequence for sequence, _ in seen] == list(range(101))  # nothing lost, nothing out of order
         assert 422 in answers and 429 in answers and set(answers) <= {422, 429}
-        assert hub.runtime.queries.engine._worker is worker  # the continuous queries' worker was never killed
+        assert hub.runtime.queries.evaluation.engine._worker is worker  # the continuous queries' worker was never killed
         assert attacked <= 2 * unloaded, (unloaded, attacked)
 
 

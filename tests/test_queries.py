@@ -84,7 +84,7 @@ def test_first_results_then_only_changes_in_sequence(orders_hub: RunningHub) -> 
     # the same orders counted by status: an aggregate, which the delta path does not take
     counted = subscribe(hub, hub.http, f"SELECT ?s (COUNT(?o) AS ?n) WHERE {{ ?o <{EX}status> ?s ; "
                                        f"<{EX}buyer> <{EX}p1> }} GROUP BY ?s")["notification"]["spuid"]
-    service = hub.runtime.queries
+    service = hub.runtime.queries.evaluation
     assert (service._live[spuid].registration.delta, service._live[counted].registration.delta) == (True, False)
     evaluations, deltas = service.evaluations, service.deltas
     update(hub, f'INSERT DATA {{ GRAPH <{ORDERS}> {{ <{EX}o1> <{EX}comment> "urgent" }} }}')  # no pattern matches
@@ -192,7 +192,7 @@ def test_unauthorised_and_unreadable(orders_hub: RunningHub) -> None:
     # the dataset is fixed at subscription): refused rather than silent forever
     empty = stranger.post(f"{hub.url}/subscriptions", json={"sparql": MINE})
     assert empty.status_code == 403 and "dataset would be empty" in empty.text
-    assert hub.runtime.queries._live == {}
+    assert hub.runtime.queries.evaluation._live == {}
     mine = subscribe(hub, hub.http, MINE)["notification"]["spuid"]
     assert stranger.get(f"{hub.url}/subscriptions/{mine}").status_code == 404  # not the stranger's
     assert stranger.delete(f"{hub.url}/subscriptions/{mine}").status_code == 404
@@ -449,7 +449,7 @@ def test_a_process_that_does_not_evaluate_hands_subscriptions_to_the_one_that_do
             admin = other.tokens.validate(hub.http.headers["Authorization"].split()[1])
             first = other.queries.subscribe(admin, MINE)["notification"]
             assert first["sequence"] == 0 and rows(first["addedResults"]) == [{"o": f"{EX}o1", "s": "open"}]
-            assert first["spuid"] in hub.runtime.queries._live  # evaluated by the leader
+            assert first["spuid"] in hub.runtime.queries.evaluation._live  # evaluated by the leader
             stranger = other.tokens.validate(hub.token("stranger", groups=("nobody",)))
             with pytest.raises(ForbiddenError, match="may not read"):
                 other.queries.subscribe(stranger, MINE, default=[ORDERS])
@@ -531,7 +531,7 @@ def test_a_triple_two_default_graphs_hold_counts_twice_and_is_evaluated_not_deri
     same = f"<{EX}x> <{EX}flag> <{EX}on> .\n"
     put(hub, PRICES, same)
     update(hub, f"INSERT DATA {{ GRAPH <{ORDERS}> {{ {same.strip()[:-1]} }} }}")
-    service = hub.runtime.queries
+    service = hub.runtime.queries.evaluation
     union = subscribe(hub, hub.http, f"SELECT ?s WHERE {{ ?s <{EX}flag> <{EX}on> }}")["notification"]
     named = subscribe(hub, hub.http, f"SELECT ?s WHERE {{ GRAPH <{ORDERS}> {{ ?s <{EX}flag> <{EX}on> }} }}")
     assert len(union["addedResults"]["results"]["bindings"]) == 2  # once per graph that holds it

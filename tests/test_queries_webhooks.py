@@ -136,7 +136,7 @@ def test_bad_callbacks_and_secrets_are_refused_and_nothing_is_kept(hook_hub: Run
     spec = {k: callback.url if v == "CALLBACK" else v for k, v in spec.items()}
     answer = http.post(f"{hub.url}/subscriptions", json={"sparql": MINE, **spec})
     assert answer.status_code == status_code and says in answer.text, answer.text
-    assert hub.runtime.queries.webhooks.due() == [] and hub.runtime.queries._live == {}
+    assert hub.runtime.queries.webhooks.due() == [] and hub.runtime.queries.evaluation._live == {}
 
 
 class Tarpit:
