@@ -395,7 +395,7 @@ def test_continuous_and_windowed_queries_follow_a_mirrored_graph(hubs: tuple[Run
     assert registered.status_code == 201, registered.text
     patch = publish(publisher, version(1))
     wait(lambda: mirror(partner)["head"] == patch)
-    partner.runtime.queries.drain()
+    partner.runtime.queries.evaluation.drain()
     found = partner.http.get(f"{partner.url}/subscriptions/{note['spuid']}/notifications", params={"after": 0},
                              timeout=30).json()["notifications"]
     assert len(found) == 1 and found[0]["notification"]["patches"] == [patch]

@@ -114,7 +114,7 @@ def test_a_standard_sse_client_reads_and_resumes_every_stream(hub: RunningHub) -
     assert (patch.event, patch.id) == ("patch", "2") and json.loads(patch.data)["seq"] == 2
     spuid = hub.http.post(f"{hub.url}/subscriptions", json={"sparql": MINE}).json()["notification"]["spuid"]
     update(hub, status("o1", "packed", "shipped"))
-    hub.runtime.queries.drain()
+    hub.runtime.queries.evaluation.drain()
     note = first(f"/subscriptions/{spuid}/events", headers={"Last-Event-ID": "0"})
     assert (note.event, note.id) == ("notification", "1") and json.loads(note.data)["notification"]["sequence"] == 1
     assert hub.http.put(f"{hub.url}/windows/w", json={"sparql": MINE, "graphs": [ORDERS], "range": 1,

@@ -55,7 +55,7 @@ def notifications(hub: RunningHub, http: Any, spuid: str, after: int = -1) -> di
 
 def settle(hub: RunningHub) -> None:
     """Process what the store changed so far (the service's thread does it too)."""
-    hub.runtime.queries.drain()
+    hub.runtime.queries.evaluation.drain()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lucid_hub.diff.local import diff_graph
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.store import GraphStore
-from lucid_hub.store.graphs import FORMAT
+from lucid_hub.store.layout import FORMAT
 from tests.conftest import parse_nt, whole_canonical
 
 G = "http://ex/g"

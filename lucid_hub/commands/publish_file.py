@@ -19,7 +19,7 @@ from lucid_hub.errors import ConflictError, InputError, LucidError, RemoteRefuse
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.syntax import format_of_path
-from lucid_hub.store.graphs import check_no_skolem
+from lucid_hub.store.layout import check_no_skolem
 
 MEDIA_TYPES = {"nt": "application/n-triples", "nq": "application/n-quads", "ttl": "text/turtle",
                "trig": "application/trig", "jsonld": "application/ld+json"}

@@ -37,7 +37,7 @@ from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import write_rdf_patch
 from lucid_hub.signing import SigningKey, sign_patch
 from lucid_hub.store import GraphStore
-from lucid_hub.store.graphs import Chain, Plan
+from lucid_hub.store.plans import Chain, Plan
 
 log = logging.getLogger(__name__)
 

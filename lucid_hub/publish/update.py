@@ -26,7 +26,7 @@ from lucid_hub.publish.publisher import GraphView, Publisher, StaleChange
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs, Msg, by_hash, graph_msgs
 from lucid_hub.rdf.patch import Patch
-from lucid_hub.store.graphs import check_no_skolem
+from lucid_hub.store.layout import check_no_skolem
 from lucid_hub.store.sparql import GraphEdit, SparqlGuard
 
 UPDATE_ATTEMPTS = 3
@@ -83,7 +83,7 @@ def edit_change(graph: str, edit: GraphEdit, view: GraphView, canonicalizer: Can
     old = GraphMsgs()
     region: set[str] = set()
     for instance in sorted(instances):
-        statements, document = view.store.instance(graph, instance)
+        statements, document = view.store.read.instance(graph, instance)
         if not statements:  # (the graph is at the version the update read: not a race)
             raise InputError(f"the update writes into <{graph}> a blank node of another graph "
                              f"(<urn:lucid-hub:bnode:{instance}.…>); blank nodes are not shared between graphs")

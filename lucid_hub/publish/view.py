@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from lucid_hub.publish.cache import MsgCache
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.store import GraphStore
-from lucid_hub.store.graphs import Chain
+from lucid_hub.store.plans import Chain
 
 
 class NeedsFlush(Exception):  # a signal inside the publisher, never an error
@@ -46,7 +46,7 @@ class GraphView:
             else:
                 self._msgs = self.cache.get(self.graph, self.version)
                 if self._msgs is None:
-                    self._msgs = self._store.graph_msgs(self.graph)
+                    self._msgs = self._store.read.graph_msgs(self.graph)
                     assert self.version is not None
                     self.cache.put(self.graph, self.version, self._msgs)
         return self._msgs
@@ -64,7 +64,7 @@ class GraphView:
                 elif touched:
                     found.add(statement)
         if self.exists:
-            found |= self._store.holding(self.graph, ask)
+            found |= self._store.read.holding(self.graph, ask)
         return found
 
     def contains(self, statement: str) -> bool:

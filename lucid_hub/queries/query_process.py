@@ -31,7 +31,7 @@ from rdflib.plugins.sparql import algebra
 from rdflib.plugins.sparql.parser import parseQuery
 
 from lucid_hub.guard import Frame
-from lucid_hub.store.graphs import SKOLEM_PREFIX
+from lucid_hub.store.layout import SKOLEM_PREFIX
 from lucid_hub.store.sparql_worker import (
     NO_GRAPH,
     Refused,

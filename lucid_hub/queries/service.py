@@ -139,10 +139,6 @@ class QueryService:
             self._revocations_checked = time.monotonic()
             self.evaluation.check_revocations()
 
-    def drain(self) -> None:
-        """Process the store's changes queued so far (tests and the benchmark call it)."""
-        self.evaluation.drain()
-
     def _take_pending(self) -> None:
         """Subscriptions other processes took: evaluate them here (or refuse them)."""
         for row in self.records.rows("pending"):

@@ -47,7 +47,7 @@ class Actions:
         for graph, edit in edits.items():
             if graph not in writes or self.read_only(graph):
                 raise RuleFailed(reg.rule.iri, f"its action wrote <{graph}>, which it may not")
-            removed = self.store.published(graph, edit["removed"])
+            removed = self.store.read.published(graph, edit["removed"])
             graph_edit = GraphEdit(self.lanes.lane(reg.owner).replica.version(graph), removed, edit["added"])
             changes[graph] = edit_computer(graph, graph_edit, self.canonicalizer)
             versions[graph] = graph_edit.version

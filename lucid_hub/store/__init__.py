@@ -6,6 +6,7 @@ graph's version marker, and removals find the instance by MSG hash. Skolem IRIs 
 leave the store: reads turn them back into blank nodes.
 """
 
-from lucid_hub.store.graphs import SKOLEM_PREFIX, GraphStore
+from lucid_hub.store.graphs import GraphStore
+from lucid_hub.store.layout import SKOLEM_PREFIX
 
 __all__ = ["SKOLEM_PREFIX", "GraphStore"]

@@ -46,7 +46,7 @@ from lucid_hub.guard import Frame
 from lucid_hub.mediatypes import negotiate
 from lucid_hub.rdf.syntax import serialize
 from lucid_hub.store import lexical
-from lucid_hub.store.graphs import RESERVED_PREFIX, read_version
+from lucid_hub.store.layout import RESERVED_PREFIX, read_version
 
 XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 

@@ -24,7 +24,7 @@ from lucid_hub.rdf.msg import GraphMsgs, split_graphs
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import ntriples, statement_quads
 from lucid_hub.rdf.syntax import ParseBudget, serialize
-from lucid_hub.store.graphs import check_no_skolem
+from lucid_hub.store.layout import check_no_skolem
 from lucid_hub.streams.ldes import LDP, LH, Urls
 from lucid_hub.web.authz import author, may_read, require_graph
 from lucid_hub.web.http import (
@@ -170,7 +170,7 @@ def _write(graph: str, change: Callable[[GraphMsgs, Unchanged], Patch | None], *
     # and the archive's word (a database read) is only asked of an empty one. (A replica whose
     # store lags behind another's DELETE answers 200 instead of 201; the write itself is
     # computed on the caught-up graph.)
-    was_deleted = not runtime().publisher.store.holds_any(graph) and archive.deleted(graph)
+    was_deleted = not runtime().publisher.store.read.holds_any(graph) and archive.deleted(graph)
     new = _body_msgs(graph)
     unchanged = Unchanged()
     patch = change(new, unchanged)
