@@ -264,9 +264,9 @@ def test_the_version_outlives_a_restart_and_a_drop_forgets_the_graph(parts: Part
     first.close()
     again = GraphStore(path)
     try:
-        assert again.version(G) == patch.id and again.holds_any(G)
+        assert again.version(G) == patch.id and again.read.holds_any(G)
         again.drop(G)
-        assert again.version(G) is None and not again.holds_any(G) and again.statements(G) == []
+        assert again.version(G) is None and not again.read.holds_any(G) and again.statements(G) == []
     finally:
         again.close()
 
