@@ -11,100 +11,28 @@ a thread and every answer handed the interpreter over (py-spy: urllib3's per-req
 and the thread switches were most of a delivery's cost); here one loop thread holds all of
 them, so deliveries in flight are bounded by the fairness shares, not by threads.
 
-The address policy (lucid_hub.outbound) is applied where a connection resolves its host
-(aiohttp's `PolicyResolver`, httpcore's `PolicyBackend`: both connect only to the addresses
-the policy checked, so a name cannot be re-resolved elsewhere in between) and, for a callback
-named by an IP literal (which aiohttp never resolves), before the request.
+The clients and the address policy they keep are lucid_hub.outbound's (`outbound.aio`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
-import ipaddress
 import logging
-import socket
-import ssl
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import httpcore
 import yarl
-from aiohttp.abc import AbstractResolver, ResolveResult
 
-from lucid_hub.outbound import AddressPolicy, AddressRefused, hub_signature, no_answer
+from lucid_hub.outbound import AddressPolicy, AddressRefused, aio, hub_signature, no_answer
 
 log = logging.getLogger(__name__)
 # The most of a callback's answer that is read (the rest is dropped with its connection).
 ANSWER_BYTES = 64 * 1024
-# Seconds an idle kept-alive connection stays open (aiohttp's default, for both clients).
-KEEPALIVE_SECONDS = 15.0
-# What an https POST can fail with short of an answer (httpcore's exceptions have no common base).
-_HTTPCORE_FAILURES = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
-                      httpcore.UnsupportedProtocol, httpcore.PoolTimeout, ssl.SSLError, OSError, ValueError)
-
-
-async def checked_addresses(policy: AddressPolicy, host: str, port: int) -> list[str]:
-    """The addresses `host` resolves to, every one allowed by `policy` (looked up on a thread:
-    getaddrinfo blocks); AddressRefused otherwise."""
-    return await asyncio.get_running_loop().run_in_executor(None, policy.resolve, host, port, "the callback")
-
-
-class PolicyResolver(AbstractResolver):
-    """Host names resolved on a thread (getaddrinfo blocks) and every address checked: a name
-    that resolves to one refused address is refused as a whole (AddressPolicy.resolve)."""
-
-    def __init__(self, policy: AddressPolicy) -> None:
-        self.policy = policy
-
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-                      ) -> list[ResolveResult]:
-        try:
-            addresses = await checked_addresses(self.policy, host, port)
-        except AddressRefused as exc:  # (aiohttp reports the strerror: the reason reaches the subscription)
-            raise OSError(errno.EACCES, str(exc)) from None
-        return [ResolveResult(hostname=host, host=address, port=port,
-                              family=socket.AF_INET6 if ":" in address else socket.AF_INET, proto=0,
-                              flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV)
-                for address in addresses]
-
-    async def close(self) -> None:
-        return None
-
-
-class PolicyBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend (its documented hook for how connections are made) that
-    connects only to addresses the policy allows; TLS then verifies the host name as usual
-    (httpcore passes the URL's host to the handshake, not the address)."""
-
-    def __init__(self, policy: AddressPolicy) -> None:
-        self.policy = policy
-        self._inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
-        try:
-            addresses = await checked_addresses(self.policy, host, port)
-        except AddressRefused as exc:
-            raise httpcore.ConnectError(str(exc)) from None
-        failure: Exception = httpcore.ConnectError(f"{host!r} resolves to no address")
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-        raise failure
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("callbacks are not delivered to Unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
 
 
 class AsyncSender:
@@ -117,7 +45,6 @@ class AsyncSender:
         self.per_host = per_host
         self.user_agent = user_agent
         self.http2 = http2
-        self.tls = policy.tls_context()
         self._tls_pool: httpcore.AsyncConnectionPool | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,35 +83,21 @@ class AsyncSender:
             return self._loop
 
     async def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            # Keep-alive pools per host (aiohttp keeps idle connections 15 s by default); no
-            # proxies or .netrc from the environment (trust_env false), no cookies kept.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.per_host, keepalive_timeout=KEEPALIVE_SECONDS,
-                                             resolver=PolicyResolver(self.policy), ttl_dns_cache=10, ssl=self.tls)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout),
-                headers={"User-Agent": self.user_agent}, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+        if self._session is None:  # (the fairness shares bound what is in flight)
+            self._session = aio.session(self.policy, per_host=self.per_host, timeout=self.timeout,
+                                        user_agent=self.user_agent)
         return self._session
 
     def _tls_client(self) -> httpcore.AsyncConnectionPool:
         if self._tls_pool is None:
-            # HTTP/2 offered by ALPN: a callback host that takes it gets its deliveries as
-            # streams of one connection. No overall limit (the fairness shares bound what is
-            # in flight); idle connections kept as long as aiohttp's.
-            self._tls_pool = httpcore.AsyncConnectionPool(
-                ssl_context=self.policy.tls_context(),  # its own: httpcore sets its ALPN protocols
-                max_connections=None, keepalive_expiry=KEEPALIVE_SECONDS, http1=True,
-                http2=True, network_backend=PolicyBackend(self.policy))
+            self._tls_pool = aio.http2_pool(self.policy)
         return self._tls_pool
 
     async def post(self, url: str, body: bytes, headers: dict[str, str], secret: str | None) -> tuple[int, str]:
         """POST a callback as `outbound.signed_post` does (signed when there is a secret,
         redirects not followed): (HTTP status, a one-line account), status 0 without an answer."""
-        host = urlsplit(url).hostname or ""
         try:
-            self.policy.check(ipaddress.ip_address(host.split("%", 1)[0]), f"the callback {host!r}")
-        except ValueError:
-            pass  # a host name: PolicyResolver checks what it resolves to
+            aio.check_literal(self.policy, urlsplit(url).hostname or "", "the callback")
         except AddressRefused as exc:
             return 0, no_answer(exc)
         if self.http2 and url.startswith("https:"):
@@ -197,7 +110,7 @@ class AsyncSender:
                                     headers=hub_signature(headers, body, secret), allow_redirects=False) as answer:
                 await answer.content.read(ANSWER_BYTES)
                 return answer.status, f"HTTP {answer.status}"
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        except aio.AIOHTTP_FAILURES as exc:
             return 0, no_answer(exc)
 
     async def _post_tls(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
@@ -211,7 +124,7 @@ class AsyncSender:
                         if read >= ANSWER_BYTES:
                             break
                     return answer.status, f"HTTP {answer.status}"
-        except _HTTPCORE_FAILURES as exc:
+        except aio.HTTPCORE_FAILURES as exc:
             return 0, no_answer(exc)
 
     def stop(self, timeout: float = 30) -> None:
