@@ -321,7 +321,7 @@ def callback() -> Iterator[Callback]:
     thread.join(timeout=10)
 
 
-# The admin pages' sign-in (tests/test_admin_ui.py, tests/test_console.py).
+# The admin pages' sign-in (tests/web/test_admin_ui.py, tests/web/test_console.py).
 ADMIN_PASSWORD = "correct horse battery staple"
 
 

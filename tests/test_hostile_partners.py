@@ -19,7 +19,7 @@ import requests
 
 from lucid_bench.attackers import HostilePublisher
 from tests.conftest import RunningHub, running_hub
-from tests.test_mirror import DEV, TTL, partner_client, wait
+from tests.mirror.test_mirror import DEV, TTL, partner_client, wait
 
 G = "https://acme.example/graphs/kpi"  # the well-behaved publisher's graph, mirrored directly
 H = "https://acme.example/graphs/hostile"  # mirrored through the hostile server
@@ -226,7 +226,7 @@ def test_a_partys_heavy_queries_delay_no_other_partys_notifications(tmp_path: Pa
     query as a new continuous query (`POST /subscriptions`), whose first evaluation ran in the
     followed graphs' worker under its lock (9.1x); it is now tried in a worker of its own."""
     from lucid_hub.policy.model import Condition
-    from tests.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
+    from tests.queries.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
 
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", {"LUCID_QUERY_BUDGET": "1"}) as hub:
         put(hub, ORDERS, ORDERS_NT)

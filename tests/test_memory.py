@@ -49,7 +49,7 @@ def msgs(n: int, prefix: str = "s") -> GraphMsgs:
 
 def test_the_estimate_is_close_to_what_the_msgs_take() -> None:
     # Python's allocations, traced: the process's RSS did not grow at all when earlier tests
-    # (a thousand connections of tests/test_front.py) had left freed memory for these to take.
+    # (a thousand connections of tests/web/test_front.py) had left freed memory for these to take.
     import tracemalloc
 
     gc.collect()

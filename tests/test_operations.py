@@ -29,7 +29,7 @@ from lucid_hub.demo.processes import HubProcess, wait_until
 from lucid_hub.logging_setup import redact
 from tests.conftest import Callback, running_hub
 from tests.proxy import LoopbackProxy
-from tests.test_websub import G, active, grant, publish, subscribe, subscriber
+from tests.websub.test_websub import G, active, grant, publish, subscribe, subscriber
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,4 +1,4 @@
-"""Makes the data of a release for the upgrade test (tests/test_upgrade.py): two hubs, ACME
+"""Makes the data of a release for the upgrade test (tests/db/test_upgrade.py): two hubs, ACME
 publishing a graph and Globex mirroring it and publishing one of its own, as that release
 wrote them (SQLite database, RDF store, keys), and what they held when it stopped.
 

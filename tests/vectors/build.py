@@ -1,6 +1,6 @@
 """The test vectors of docs/patch-format.md, rebuilt from their inputs.
 
-`python -m tests.vectors.build` prints them as Markdown; tests/test_patch_format.py checks
+`python -m tests.vectors.build` prints them as Markdown; tests/rdf/test_patch_format.py checks
 that the document holds exactly what this rebuilds.
 """
 

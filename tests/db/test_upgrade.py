@@ -20,7 +20,7 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 from tests.conftest import whole_canonical
 
-RELEASE = Path(__file__).parent / "upgrade" / "release-7af9ae9"
+RELEASE = Path(__file__).resolve().parents[1] / "upgrade" / "release-7af9ae9"
 ACME_GRAPH = "https://acme.example/graphs/kpi"
 
 

@@ -206,7 +206,7 @@ def test_a_deleted_graph_is_gone_until_it_is_written_again(hub: RunningHub) -> N
     graph is 404 and a second DELETE too; its history stays in the archive and at ?version=;
     a PUT creates it again (201), even with the content it had. SPARQL's DROP GRAPH deletes it
     the same way, CREATE GRAPH makes it again (and is no conflict), CLEAR keeps it, empty."""
-    from tests.test_sparql import update
+    from tests.web.test_sparql import update
 
     first = put(hub, V1).json()["version"]
     assert hub.http.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30).status_code == 200

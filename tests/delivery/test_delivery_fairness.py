@@ -17,7 +17,7 @@ from werkzeug.wrappers import Request, Response
 from lucid_hub.delivery.fairness import Capacity, HostSpeed, LaneLimits, callback_host
 from lucid_hub.demo.ports import free_port
 from tests.conftest import RunningHub, running_hub
-from tests.test_websub import G, grant, publish
+from tests.websub.test_websub import G, grant, publish
 
 FAST_ENV = {"LUCID_DEV_MODE": "1", "LUCID_LEASE_MIN": "120"}
 

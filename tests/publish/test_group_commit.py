@@ -370,7 +370,7 @@ def test_a_crash_after_a_groups_archive_commit_leaves_every_patch_of_the_group_a
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k != "LUCID_FAULT"}
     child = subprocess.run([sys.executable, "-c", _CRASHING_GROUP, str(data), G], env=env,
-                           cwd=Path(__file__).parent.parent, capture_output=True, timeout=120)
+                           cwd=Path(__file__).resolve().parents[2], capture_output=True, timeout=120)
     assert child.returncode == 137, child.stderr.decode()[-2000:]
     rt = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(data)}))  # repair at open
     try:

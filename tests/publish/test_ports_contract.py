@@ -1,7 +1,7 @@
 """Contracts of the ports the publisher is built from, each run against the parts alone (no
 running hub): the hooks port (what reacts to archived patches: a recording fake, the rules'
 cascade), the store (the embedded one; a remote store joins the parameter list) and the
-archive (on SQLite and PostgreSQL). As tests/test_log_contract.py does for the patch log."""
+archive (on SQLite and PostgreSQL). As tests/log/test_log_contract.py does for the patch log."""
 
 from __future__ import annotations
 

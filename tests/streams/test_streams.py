@@ -202,7 +202,7 @@ def ldes_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if done.returncode != 0:
         pytest.skip(f"npm could not install ldes-client: {done.stderr.strip()[-300:]}")
     script = where / "ldes_replicate.mjs"  # beside its node_modules: ES modules resolve from there
-    shutil.copy(Path(__file__).parent / "js" / "ldes_replicate.js", script)
+    shutil.copy(Path(__file__).resolve().parents[1] / "js" / "ldes_replicate.js", script)
     return script
 
 

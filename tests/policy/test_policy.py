@@ -13,7 +13,7 @@ from lucid_hub.policy.model import ALL_GRAPHS, Condition, parse_turtle, to_turtl
 from lucid_hub.policy.policy_graph import POLICY_GRAPH, read_policy_dir
 
 PREFIXES = "@prefix eccauth: <https://vocab.eccenca.com/auth/> .\n@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .\n"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def party(account: str = "acct", endpoint: str = "lc-1", *groups: str) -> Party:

@@ -499,7 +499,7 @@ def test_sepas_javascript_client_subscribes_and_unsubscribes_unchanged(tmp_path:
         put(hub, ORDERS, ORDERS_NT)
         token = hub.http.headers["Authorization"].split()[1]
         host, port = hub.url.removeprefix("http://").split(":")
-        script = Path(__file__).parent / "js" / "sepa_subscribe.js"
+        script = Path(__file__).resolve().parents[1] / "js" / "sepa_subscribe.js"
         proc = subprocess.Popen(["node", str(script), host, port, token, MINE], stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "NODE_PATH": str(sepa_js)})
         lines: queue.Queue[dict[str, Any]] = queue.Queue()

@@ -14,7 +14,7 @@ import pytest
 from lucid_hub.policy.model import Condition
 from lucid_hub.queries.windows import GRACE
 from tests.conftest import RunningHub, running_hub
-from tests.test_queries import EX, ORDERS, ORDERS_NT, put, status, update
+from tests.queries.test_queries import EX, ORDERS, ORDERS_NT, put, status, update
 
 LH = "https://w3id.org/lucid-hub#"
 RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
@@ -184,7 +184,7 @@ def test_observers_by_websocket_and_webhook(tmp_path: Path, callback: Any) -> No
 
     import websocket
 
-    from tests.test_queries_webhooks import ENV, partner
+    from tests.queries.test_queries_webhooks import ENV, partner
 
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", ENV) as hub:
         put(hub, ORDERS, ORDERS_NT)

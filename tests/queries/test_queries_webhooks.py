@@ -19,7 +19,7 @@ import pytest
 
 from lucid_hub.policy.model import Condition
 from tests.conftest import Callback, RunningHub, running_hub
-from tests.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
+from tests.queries.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
 
 ENV = {"LUCID_DEV_MODE": "1", "LUCID_DELIVERY_BACKOFF_BASE": "0.05", "LUCID_DELIVERY_BACKOFF_MAX": "0.2",
        "LUCID_DELIVERY_MAX_ATTEMPTS": "4"}

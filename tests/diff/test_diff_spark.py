@@ -18,7 +18,7 @@ from lucid_hub.diff.spark import SparkDiffEngine
 from lucid_hub.errors import CanonicalizationLimitExceeded, RdfSyntaxError, UnsupportedRdfError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import write_rdf_patch
-from tests.test_properties import graphs
+from tests.rdf.test_properties import graphs
 
 pytestmark = pytest.mark.slow
 WHEN = datetime(2026, 6, 1, tzinfo=UTC)
@@ -149,7 +149,7 @@ def test_spark_submit_runs_the_job_module(tmp_path: Path, run_cli) -> None:  # t
         pytest.skip(f"the pyspark package has no spark-submit at {submit}")
     (tmp_path / "old.nq").write_text(OLD)
     (tmp_path / "new.nq").write_text(NEW)
-    job = Path(__file__).parent.parent / "lucid_hub" / "diff" / "spark_job.py"
+    job = Path(__file__).resolve().parents[2] / "lucid_hub" / "diff" / "spark_job.py"
     result = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false", str(job),
                              str(tmp_path / "old.nq"), str(tmp_path / "new.nq"), "--out", str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=300,
@@ -337,7 +337,7 @@ def test_spark_submit_publishes_to_a_running_hub(tmp_path: Path) -> None:
     if not submit.exists():
         pytest.skip(f"the pyspark package has no spark-submit at {submit}")
     (tmp_path / "new.nt").write_text('<http://ex/a> <http://ex/p> _:x .\n_:x <http://ex/v> "1" .\n')
-    job = Path(__file__).parent.parent / "lucid_hub" / "commands" / "spark_publish.py"
+    job = Path(__file__).resolve().parents[2] / "lucid_hub" / "commands" / "spark_publish.py"
     with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}") as hub:
         record, secret = hub.client("bulk job", ("lucid-hub-admins",), ("graphs:read", "graphs:write"))
 

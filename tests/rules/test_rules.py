@@ -503,7 +503,7 @@ def _crash_in_cascade(tmp_path: Path) -> tuple[Path, str]:
     from lucid_hub.demo.ports import free_port
     from lucid_hub.rules.model import OPERATOR
     from lucid_hub.runtime import Runtime
-    from tests.test_publish_recovery import bearer, start_hub
+    from tests.publish.test_publish_recovery import bearer, start_hub
 
     data = tmp_path / "data"
     runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(data)}))

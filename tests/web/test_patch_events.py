@@ -13,7 +13,7 @@ import requests
 
 from lucid_hub.signing import TrustedKeys, verify_patch_bytes
 from tests.conftest import RunningHub, running_hub
-from tests.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
+from tests.queries.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
 
 
 def read_events(hub: RunningHub, count: int, **request: Any) -> list[tuple[str, dict[str, Any]]]:

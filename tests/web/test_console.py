@@ -16,9 +16,9 @@ import requests
 
 from tests.conftest import ADMIN_PASSWORD as PASSWORD
 from tests.conftest import RunningHub
-from tests.test_admin_ui import headless_chromium
+from tests.web.test_admin_ui import headless_chromium
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "console"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 G = "http://example.org/graphs/orders"
 NT = {"Content-Type": "application/n-triples"}
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
@@ -204,7 +204,7 @@ def sign_in(browser: Any, hub: RunningHub) -> None:
 def test_subscribers_redeliver_and_cancel_after_confirmation(browser: Any, ui_hub: RunningHub, callback: Any) -> None:
     from selenium.webdriver.common.by import By
 
-    from tests.test_websub import active, publish, subscribed
+    from tests.websub.test_websub import active, publish, subscribed
 
     hub = ui_hub
     subscribed(hub, callback)
@@ -240,7 +240,7 @@ def test_subscribers_redeliver_and_cancel_after_confirmation(browser: Any, ui_hu
 
 
 def test_actions_are_refused_without_a_csrf_token_or_an_admin_session(ui_hub: RunningHub, callback: Any) -> None:
-    from tests.test_websub import active, subscribed
+    from tests.websub.test_websub import active, subscribed
 
     hub = ui_hub
     subscribed(hub, callback)
@@ -372,7 +372,7 @@ def test_mirrors_show_their_quarantine_and_are_verified_again_and_trusted_after_
 
     from lucid_hub.auth.admins import AdminAccounts
     from tests.conftest import running_hub
-    from tests.test_mirror import DEV, _deliver, add_mirror, canonical, mirror, publish, version, wait
+    from tests.mirror.test_mirror import DEV, _deliver, add_mirror, canonical, mirror, publish, version, wait
 
     with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher, \
             running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
@@ -457,7 +457,7 @@ def test_the_overview_names_failing_rules_an_old_signing_key_and_subscribers_beh
     from datetime import UTC, datetime
 
     from lucid_hub.db.models import RuleFiring
-    from tests.test_websub import active, publish, subscribed
+    from tests.websub.test_websub import active, publish, subscribed
 
     hub = ui_hub
     admin = signed_in(hub)
@@ -488,7 +488,7 @@ def test_deliveries_per_minute_are_measured_live(browser: Any, ui_hub: RunningHu
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from tests.test_websub import publish, subscribed
+    from tests.websub.test_websub import publish, subscribed
 
     hub = ui_hub
     subscribed(hub, callback)
@@ -559,8 +559,8 @@ def test_a_subscribers_lag_a_graphs_version_and_the_charts_move_live(
     from selenium.webdriver.support.ui import WebDriverWait
 
     from lucid_hub.db.models import Subscription
-    from tests.test_websub import G as KPI
-    from tests.test_websub import publish, subscribed
+    from tests.websub.test_websub import G as KPI
+    from tests.websub.test_websub import publish, subscribed
 
     hub = ui_hub
     subscribed(hub, callback)

@@ -33,7 +33,7 @@ from rdflib.compare import isomorphic
 
 from tests.conftest import RunningHub, running_hub
 
-W3C = Path(__file__).parent / "w3c"
+W3C = Path(__file__).resolve().parents[1] / "w3c"
 MF = Namespace("http://www.w3.org/2001/sw/DataAccess/tests/test-manifest#")
 HT = Namespace("http://www.w3.org/2011/http#")
 HTS = "http://www.w3.org/2011/http-statusCodes#"

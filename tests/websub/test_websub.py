@@ -658,9 +658,9 @@ def test_every_callback_is_called_at_its_url_exactly_as_given(ws_hub: RunningHub
     `?k=a%2Fb%3Fc%26d%3De&z=1` was verified as given but delivered to `?k=a/b?c%26d%3De&z=1`
     (aiohttp re-quoted it). Its siblings: a query subscription's and a windowed query's webhooks,
     and a rule's webhook, are called at exactly the URL registered."""
-    from tests.test_queries import ORDERS, ORDERS_NT, put, status, update
-    from tests.test_queries_webhooks import partner
-    from tests.test_rules import add_rules
+    from tests.queries.test_queries import ORDERS, ORDERS_NT, put, status, update
+    from tests.queries.test_queries_webhooks import partner
+    from tests.rules.test_rules import add_rules
 
     hub = ws_hub
     base = callback.url.split("/callbacks/")[0]

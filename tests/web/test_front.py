@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from tests.conftest import RunningHub, running_hub
-from tests.test_streams import OPEN_DATA
+from tests.streams.test_streams import OPEN_DATA
 
 G = "https://data.example.com/open/kpis"  # OPEN_DATA makes it public
 SAMPLES = 100
