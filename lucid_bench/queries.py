@@ -205,7 +205,7 @@ class Publisher:
 def _rss(runtime: Any) -> int:
     """This process's and the query worker's resident memory (bytes)."""
     total = psutil.Process().memory_info().rss
-    worker = runtime.queries.engine._worker
+    worker = runtime.queries.evaluation.engine._worker
     if worker is not None and worker.alive():
         total += psutil.Process(worker.proc.pid).memory_info().rss
     return int(total)

@@ -216,7 +216,7 @@ def test_withdrawn_access_and_revoked_tokens_end_subscriptions(orders_hub: Runni
     rt.policies.create([Condition("urn:c:orders2", requiresGroup=("buyers",), readGraph=(ORDERS,))], "admin")
     other = subscribe(hub, hub.session(other_token), MINE)["notification"]["spuid"]
     rt.tokens.revoke(rt.tokens.validate(other_token))
-    rt.queries.check_revocations()
+    rt.queries.evaluation.check_revocations()
     state, reason, _ = rt.queries.state(other)
     assert state == "ended" and "revoked" in reason
 

@@ -108,7 +108,7 @@ def test_notifications_applied_to_results_give_a_fresh_evaluation(runtime: Any, 
     def publish(version: frozenset[str]) -> None:
         quads = ox.parse("\n".join(sorted(version)) or "", format=ox.RdfFormat.TURTLE)
         rt.publisher.replace(graph, graph_msgs(quads, rt.canonicalizer), author="property test", message="")
-        rt.queries.drain()
+        rt.queries.evaluation.drain()
 
     publish(versions[0])
     followed: dict[str, tuple[str, rs.Results, int]] = {}
@@ -129,13 +129,13 @@ def test_notifications_applied_to_results_give_a_fresh_evaluation(runtime: Any, 
                     assert note["addedResults"] != note["removedResults"], "a notification that changes nothing"
                 followed[spuid] = (query, current, last)
                 assert same(current, fresh(rt, query, graph)), query
-        assert rt.queries.delta_fallbacks == 0  # the patch's rows always fitted the results
+        assert rt.queries.evaluation.delta_fallbacks == 0  # the patch's rows always fitted the results
     finally:
         for spuid in followed:
             rt.queries.unsubscribe(caller, spuid)
         if rt.archive.exists(graph):
             rt.publisher.drop(graph, author="property test", message="")
-        rt.queries.drain()
+        rt.queries.evaluation.drain()
 
 
 def _results(value: dict[str, Any]) -> rs.Results:
