@@ -57,6 +57,28 @@ class Settings:
     # Seconds the relay waits for Kafka to acknowledge a batch (and to create the topic): past
     # that the batch stays in the outbox, the publish is done all the same, the relay tries again.
     kafka_timeout: float = 30.0
+    # Kafka as companies secure it (docs/operations.md, "Kafka"): PLAINTEXT, SSL, SASL_PLAINTEXT
+    # or SASL_SSL; TLS files (PEM); a SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512,
+    # OAUTHBEARER) and its credentials. Secrets come from the variable or from a file (`_FILE`,
+    # a mounted Secret). Any other librdkafka property: `kafka_properties_file`, a client
+    # .properties file (what managed Kafka services hand out); the settings here win over it.
+    kafka_security_protocol: str = ""
+    kafka_ssl_ca_file: str = ""
+    kafka_ssl_cert_file: str = ""
+    kafka_ssl_key_file: str = ""
+    kafka_ssl_key_password: str = field(default="", repr=False)
+    kafka_ssl_key_password_file: str = ""
+    kafka_ssl_check_hostname: bool = True
+    kafka_sasl_mechanism: str = ""
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = field(default="", repr=False)
+    kafka_sasl_password_file: str = ""
+    kafka_oauth_token_url: str = ""
+    kafka_oauth_client_id: str = ""
+    kafka_oauth_client_secret: str = field(default="", repr=False)
+    kafka_oauth_client_secret_file: str = ""
+    kafka_oauth_scope: str = ""
+    kafka_properties_file: str = ""
     # The base URL partners reach this hub at (links, WebSub topics, discovery headers).
     public_url: str = "http://127.0.0.1:8080"
     host: str = "127.0.0.1"

@@ -220,7 +220,14 @@ class Runtime:
             store.close()
             db.dispose()
             raise
-        patch_log = open_log(settings, db)
+        try:
+            patch_log = open_log(settings, db)  # (a ConfigError for the Kafka settings: nothing left open)
+        except BaseException:
+            if leader and leadership is not None:
+                leadership.release()
+            store.close()
+            db.dispose()
+            raise
         keys = KeyRing(settings.keys_dir)
         key = keys.ensure()
         canonicalizer = Canonicalizer(settings.canon_timeout, settings.canon_memory_mb)

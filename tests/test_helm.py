@@ -51,6 +51,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         **SPARK, "conf": "spark.sql.shuffle.partitions=64, spark.executor.memoryOverhead=1g",
         "job": {"enabled": True, "schedule": "0 3 * * *"},
         "operator": {"enabled": True, "image": "registry.acme.example/lucid-hub-spark:0.1.0"}}},
+    "kafka-secured": {"database": {"existingSecret": "lucid-db"}, "kafka": {
+        "bootstrap": "b-1.kafka.acme.example:9096", "securityProtocol": "SASL_SSL",
+        "tls": {"existingSecret": "kafka-ca", "certKey": "tls.crt"},
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": "acme", "existingSecret": "kafka-sasl"}}},
 }
 # Custom resources: kubernetes-validate has no schemas for them; ours are in helm/schemas.
 CUSTOM_SCHEMAS = {"SparkApplication": "sparkapplication-sparkoperator-v1beta2.json",
@@ -105,13 +109,14 @@ def test_every_rendered_object_is_valid_kubernetes(profile: str) -> None:
     assert expected <= set(kinds), kinds
     hub_kind = "StatefulSet" if profile == "replicated" else "Deployment"
     assert len(_by(objects, hub_kind, "hub")) == 1 and ("PersistentVolumeClaim" in kinds) == (profile != "replicated")
+    if profile in ("production", "kafka-secured"):
+        assert "Secret" not in kinds  # the database URL and Kafka's secrets come from the operator's Secrets
     if profile == "production":
         assert {"Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy",
                 "ServiceMonitor"} <= set(kinds)
-        assert "Secret" not in kinds  # the database URL comes from the operator's Secret
     elif profile == "replicated":
         assert [s["metadata"]["name"] for s in _by(objects, "Secret")] == ["acme-lucid-hub-session"]
-    else:
+    elif profile != "kafka-secured":
         assert "Secret" in kinds
 
 
@@ -339,7 +344,7 @@ def _hub_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("profile", ["defaults", *sorted(PROFILES)])
+@pytest.mark.parametrize("profile", ["defaults", *sorted(set(PROFILES) - {"kafka-secured"})])  # (its own test below)
 def test_every_configuration_the_chart_renders_starts_a_real_hub(profile: str, tmp_path: Path,
                                                                  kafka_bootstrap: str) -> None:
     """What the chart renders must be loadable by the hub it deploys: the ConfigMap's settings
@@ -371,3 +376,78 @@ def test_every_configuration_the_chart_renders_starts_a_real_hub(profile: str, t
         conditions = hub.call("GET", "/admin/conditions").json()["conditions"]
         assert "urn:lucid-hub:conditions:admins-write-all" in {c["iri"] for c in conditions}
         assert hub.publish("https://acme.example/graphs/kpi", "<urn:s> <urn:p> 1 .")  # the chart's admins may write
+
+
+def test_kafka_security_comes_from_the_operators_secrets_never_the_config_map() -> None:
+    objects = render(PROFILES["kafka-secured"])
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "acme-lucid-hub"]
+    assert not [k for k in config["data"] if "PASSWORD" in k or "SECRET" in k]
+    for workload in (_hub_container(objects), _containers(_by(objects, "Deployment", "worker")[0])[0]):
+        env = {e["name"]: e for e in workload["env"]}
+        assert env["LUCID_KAFKA_SASL_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "kafka-sasl",
+                                                                                  "key": "password"}}
+        assert env["LUCID_KAFKA_SSL_CA_FILE"]["value"] == "/etc/lucid-hub/kafka/tls/ca.crt"
+        assert {"name": "kafka-tls", "mountPath": "/etc/lucid-hub/kafka/tls", "readOnly": True} in \
+            workload["volumeMounts"]
+    with pytest.raises(helm.HelmError, match="mechanism"):
+        render({**PROFILES["minimal"], "kafka": {"bootstrap": "k:9092", "sasl": {"mechanism": "GSSAPI"}}})
+    with pytest.raises(helm.HelmError, match=r"kafka\.oauth\.clientId is required"):
+        render({**PROFILES["minimal"], "kafka": {"bootstrap": "k:9092", "oauth": {"tokenUrl": "https://id/token"}}})
+    with pytest.raises(helm.HelmError, match=r"secrityProtocol|additional"):
+        render({**PROFILES["minimal"], "kafka": {"bootstrap": "k:9092", "secrityProtocol": "SSL"}})
+
+
+@pytest.mark.slow
+def test_the_charts_kafka_security_starts_a_hub_against_a_secured_broker(tmp_path: Path) -> None:
+    """The chart's Kafka values, rendered, start a real hub against a broker behind TLS (stunnel4,
+    client certificate) and SASL SCRAM-SHA-512 (tests/secured_kafka.py): the mounted Secret's
+    files and the password's secretKeyRef are given as the cluster would give them."""
+    import shutil
+
+    from lucid_hub.demo.ports import free_port
+    from lucid_hub.demo.processes import HubProcess, wait_until
+    from tests.secured_kafka import secured_kafka, stunnel_binary
+
+    if stunnel_binary() is None:
+        pytest.skip("Debian's stunnel4 is not installed: apt-get install stunnel4")
+    password = "chart secret"
+    with secured_kafka(tmp_path / "kafka", tls=True, sasl_users={"acme": password}) as (bootstrap, certs, front):
+        objects = render(PROFILES["kafka-secured"])
+        (config,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "acme-lucid-hub"]
+        container = _hub_container(objects)
+        mounted = tmp_path / "etc-kafka-tls"  # the Secret kafka-ca as its volume holds it
+        mounted.mkdir()
+        for key, source in (("ca.crt", certs.ca), ("tls.crt", certs.client_cert), ("tls.key", certs.client_key)):
+            shutil.copy(source, mounted / key)
+        env = {k: str(v) for k, v in config["data"].items() if k.startswith("LUCID_")}
+        env.update({e["name"]: str(e["value"]).replace("/etc/lucid-hub/kafka/tls", str(mounted))
+                    for e in container["env"] if "value" in e})
+        env.update({"LUCID_KAFKA_SASL_PASSWORD": password, "LUCID_KAFKA_BOOTSTRAP": bootstrap,
+                    "LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_HOST": "127.0.0.1", "LUCID_LOG_FORMAT": "text",
+                    "LUCID_DATABASE_URL": f"sqlite:///{tmp_path / 'hub.db'}", "LUCID_METRICS_PORT": str(free_port()),
+                    "LUCID_POLICIES_DIR": str(tmp_path / "policies")})
+        (tmp_path / "policies").mkdir()
+        (tmp_path / "policies" / "policies.ttl").write_text(config["data"]["policies.ttl"])
+        with HubProcess("kafka-secured", tmp_path / "data", env) as hub:
+            wait_until(lambda: hub.http.get(f"{hub.url}/readyz", timeout=10).status_code == 200, 60,
+                       "the hub ready through the secured Kafka", explain=lambda: hub.log_tail())
+            assert hub.publish("https://acme.example/graphs/kpi", "<urn:s> <urn:p> 1 .")
+            wait_until(lambda: ("SCRAM-SHA-512", "acme") in front.authenticated, 30, "SCRAM authentication")
+            assert password not in hub.log_tail()
+
+
+
+def test_the_kafka_values_in_the_operations_guide_render_valid_objects() -> None:
+    import re
+
+    text = (CHART.parents[1] / "docs" / "operations.md").read_text(encoding="utf-8")
+    block = re.search(r"```yaml kafka-values\n(.*?)```", text, re.S)
+    assert block is not None
+    examples = [doc for doc in yaml.safe_load_all(block.group(1)) if doc]
+    assert len(examples) == 3
+    for example in examples:
+        objects = render({**PROFILES["minimal"], **example})
+        for obj in objects:
+            validate(obj)
+        env = {e["name"] for e in _hub_container(objects)["env"]}
+        assert "LUCID_KAFKA_SECURITY_PROTOCOL" in env or "LUCID_KAFKA_PROPERTIES_FILE" in env

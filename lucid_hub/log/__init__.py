@@ -70,13 +70,17 @@ class PatchLog(Protocol):
 
 def open_log(settings: Settings, db: Database) -> PatchLog:
     """The patch log the settings choose: Kafka when a bootstrap is set, else the SQL log."""
-    if settings.kafka_bootstrap:
+    from lucid_hub.log.kafka_config import client_config, uses_kafka
+
+    if uses_kafka(settings):
         try:
             from lucid_hub.log.kafka import KafkaPatchLog
         except ImportError:
             raise ConfigError("LUCID_KAFKA_BOOTSTRAP is set but confluent-kafka is not installed") from None
-        return KafkaPatchLog(settings.kafka_bootstrap, settings.kafka_topic, partitions=settings.kafka_partitions,
-                             session_timeout_ms=settings.kafka_session_timeout_ms, timeout=settings.kafka_timeout)
+        config = client_config(settings)
+        return KafkaPatchLog(config["bootstrap.servers"], settings.kafka_topic, partitions=settings.kafka_partitions,
+                             session_timeout_ms=settings.kafka_session_timeout_ms, timeout=settings.kafka_timeout,
+                             extra=config)
     from lucid_hub.log.sql import SqlPatchLog
 
     return SqlPatchLog(db)

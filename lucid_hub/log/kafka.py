@@ -1,9 +1,17 @@
 """The patch log on Apache Kafka (confluent-kafka): key = graph IRI, so each graph's
 patches stay in one partition, in order; idempotent producer with acks=all; consumers
-commit offsets by hand, after they have handled what they read."""
+commit offsets by hand, after they have handled what they read.
+
+Nothing here waits for the broker at construction: a hub whose Kafka is down, refuses its
+credentials or presents a certificate it does not trust starts all the same, its relay keeps
+the patches in the outbox and /readyz answers 503 with librdkafka's own one-line reason
+(the last error any client of the log reported). The topic is created at the first use.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Any
 
@@ -11,43 +19,109 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from lucid_hub.errors import LogUnavailableError
+from lucid_hub.errors import ConfigError, LogUnavailableError
 from lucid_hub.log import LogRecord
 
 PATCH_ID_HEADER = "lucid-patch-id"
+log = logging.getLogger(__name__)
+# librdkafka's own log lines go through Python's logging rather than straight to stderr. They
+# repeat at every reconnection attempt (several a second while a broker is down), and each
+# failure is reported through the error callback already (a warning per reason and minute), so
+# they are shown only when an operator asks for them (this logger at DEBUG or INFO).
+LIBRDKAFKA = logging.getLogger("lucid_hub.log.librdkafka")
+LIBRDKAFKA.setLevel(logging.CRITICAL)
+WARN_EVERY = 60.0  # seconds between warnings of the same reason
+RETRY_AFTER = 5.0  # seconds a broker that did not answer is taken to be down
 
 
 class KafkaPatchLog:
     def __init__(self, bootstrap: str, topic: str, *, partitions: int = 3, session_timeout_ms: int = 6000,
                  timeout: float = 30.0, extra: dict[str, Any] | None = None) -> None:
+        """`extra`: the librdkafka properties every client shares (security: kafka_config.py)."""
         self.bootstrap = bootstrap
         self.topic = topic
+        self.partitions = partitions
         self.written_by_archive = False  # the archive writes outbox rows; the publisher relays them
         self.session_timeout_ms = session_timeout_ms
         self.timeout = timeout
-        self.extra = extra or {}
-        self._ensure_topic(partitions)
+        self.extra = {k: v for k, v in (extra or {}).items() if k != "bootstrap.servers"}
+        self.last_error = ""  # the last error a client of this log reported (why Kafka does not answer)
+        self._warned: dict[str, float] = {}
+        self._topic_ready = False
+        self._topic_lock = threading.Lock()
+        self._down_until = 0.0
+        self._down_reason = ""
+        self._admin: AdminClient | None = None
         self._producer = self._new_producer()
 
-    def _new_producer(self) -> Producer:
-        return Producer({
-            "bootstrap.servers": self.bootstrap,
-            "enable.idempotence": True,  # implies acks=all and ordered retries
-            "acks": "all",
-            "linger.ms": 1,
-            **self.extra,
-        })
+    def common(self) -> dict[str, Any]:
+        """What every client of the log is configured with: the brokers, security, and the
+        error and log callbacks."""
+        return {"bootstrap.servers": self.bootstrap, **self.extra, "error_cb": self._error, "logger": LIBRDKAFKA}
 
-    def _ensure_topic(self, partitions: int) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.extra})
-        futures = admin.create_topics([NewTopic(self.topic, num_partitions=partitions, replication_factor=-1)])
+    def _error(self, err: KafkaError) -> None:
+        reason = err.str()
+        now = time.monotonic()
+        if now - self._warned.get(reason, -WARN_EVERY) >= WARN_EVERY:
+            self._warned[reason] = now
+            log.warning("Kafka: %s", reason)
+        if "brokers are down" not in reason or not self.last_error:  # (the cause says more)
+            self.last_error = reason
+
+    def why(self, what: str) -> str:
+        """`what` failed, with librdkafka's last reported reason."""
+        return f"{what}: {self.last_error}" if self.last_error else what
+
+    def _new_producer(self) -> Producer:
         try:
-            futures[self.topic].result(timeout=self.timeout)
+            return Producer({
+                **self.common(),
+                "enable.idempotence": True,  # implies acks=all and ordered retries
+                "acks": "all",
+                "linger.ms": 1,
+            })
+        except KafkaException as exc:  # a property librdkafka does not take (the properties file)
+            raise ConfigError(f"Kafka client settings: {exc.args[0].str()}") from None
+
+    def ensure_topic(self, timeout: float | None = None) -> None:
+        """Create the topic unless it exists (once per process); LogUnavailableError with
+        the reason when the broker does not answer in time (LUCID_KAFKA_TIMEOUT, 10 s at most).
+        After a failure, calls within RETRY_AFTER seconds fail at once with the same reason: a
+        start, a command or a readiness probe does not wait for a broker known to be down."""
+        if self._topic_ready:
+            return
+        with self._topic_lock:
+            if self._topic_ready:
+                return
+            if time.monotonic() < self._down_until:
+                raise LogUnavailableError(self._down_reason)
+            try:
+                self._create_topic(min(timeout or self.timeout, 10.0))
+            except LogUnavailableError as exc:
+                self._down_until, self._down_reason = time.monotonic() + RETRY_AFTER, str(exc)
+                raise
+            self._topic_ready = True
+
+    def _create_topic(self, timeout: float) -> None:
+        if self._admin is None:
+            self._admin = AdminClient(self.common())
+        admin = self._admin
+        futures = admin.create_topics([NewTopic(self.topic, num_partitions=self.partitions,
+                                                replication_factor=-1)], request_timeout=timeout)
+        try:
+            futures[self.topic].result(timeout=timeout)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise LogUnavailableError(f"cannot create Kafka topic {self.topic}: {exc.args[0].str()}") from None
+                admin.poll(0)  # its error reports (why the broker did not answer)
+                raise LogUnavailableError(self.why(f"cannot create Kafka topic {self.topic}: "
+                                                    f"{exc.args[0].str()}")) from None
+        except TimeoutError:
+            admin.poll(0)
+            raise LogUnavailableError(self.why(f"Kafka did not answer within {timeout:g} s")) \
+                from None
 
     def append(self, records: list[LogRecord]) -> None:
+        self.ensure_topic()
         failures: list[str] = []
 
         def delivered(err: KafkaError | None, _msg: Any) -> None:
@@ -69,19 +143,27 @@ class KafkaPatchLog:
             self._producer.purge(in_queue=True, in_flight=True, blocking=False)
             self._producer.flush(0)  # their delivery reports (purged), so nothing of them lingers
             self._producer = self._new_producer()
-            raise LogUnavailableError(f"Kafka did not take the patches: {reason}")
+            raise LogUnavailableError(self.why(f"Kafka did not take the patches: {reason}"))
 
     def holding(self, patch_ids: set[str], recent: int) -> set[str]:
         return recent_patch_ids(self, recent) & patch_ids if patch_ids else set()
 
     def consumer(self, group: str) -> KafkaLogConsumer:
+        """A consumer in `group`; the topic is created first when the broker answers (else
+        the consumer's polls say why it does not)."""
+        try:
+            self.ensure_topic()
+        except LogUnavailableError as exc:
+            log.warning("the patch log's consumer %s starts without its topic: %s", group, exc)
         return KafkaLogConsumer(self, group)
 
     def check(self, timeout: float = 2.0) -> None:
+        self.ensure_topic(timeout)
         try:
             meta = self._producer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
         except KafkaException as exc:
-            raise LogUnavailableError(f"Kafka does not answer: {exc.args[0].str()}") from None
+            self._producer.poll(0)
+            raise LogUnavailableError(self.why(f"Kafka does not answer: {exc.args[0].str()}")) from None
         if meta is None or meta.error is not None:
             raise LogUnavailableError(f"Kafka topic {self.topic}: {meta.error.str() if meta else 'unknown'}")
         leaderless = [p for p in meta.partitions.values() if p.leader < 0]
@@ -95,14 +177,14 @@ class KafkaPatchLog:
 class KafkaLogConsumer:
     def __init__(self, log: KafkaPatchLog, group: str) -> None:
         self.topic = log.topic
+        self._log = log
         self._consumer = Consumer({
-            "bootstrap.servers": log.bootstrap,
+            **log.common(),
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": log.session_timeout_ms,
             "heartbeat.interval.ms": max(100, log.session_timeout_ms // 12),
-            **log.extra,
         })
         self._consumer.subscribe([log.topic])
 
@@ -113,7 +195,7 @@ class KafkaLogConsumer:
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
-                raise LogUnavailableError(f"Kafka consumer error: {error.str()}")
+                raise LogUnavailableError(self._log.why(f"Kafka consumer error: {error.str()}"))
             headers = dict(msg.headers() or [])
             key = msg.key()
             out.append(LogRecord(
@@ -151,10 +233,12 @@ def recent_patch_ids(log: KafkaPatchLog, per_partition: int, timeout: float = 10
     its outbox rows; a crash there leaves rows whose patches the log already holds. Repair
     reads this tail and drops those rows instead of appending the patches twice.
     """
-    consumer = Consumer({"bootstrap.servers": log.bootstrap, "group.id": "lucid-hub-repair",
-                         "enable.auto.commit": False, **log.extra})
+    consumer = Consumer({**log.common(), "group.id": "lucid-hub-repair", "enable.auto.commit": False})
     try:
-        metadata = consumer.list_topics(log.topic, timeout=timeout)
+        try:
+            metadata = consumer.list_topics(log.topic, timeout=timeout)
+        except KafkaException as exc:
+            raise LogUnavailableError(log.why(f"Kafka does not answer: {exc.args[0].str()}")) from None
         partitions = list(metadata.topics[log.topic].partitions)
         assignment, ends = [], {}
         for p in partitions:
@@ -176,7 +260,7 @@ def recent_patch_ids(log: KafkaPatchLog, per_partition: int, timeout: float = 10
                 if offset is not None and partition is not None and offset + 1 >= ends.get(partition, 0):
                     ends.pop(partition, None)
         if ends:
-            raise LogUnavailableError("could not read the tail of the Kafka topic to repair the outbox")
+            raise LogUnavailableError(log.why("could not read the tail of the Kafka topic to repair the outbox"))
         return found
     finally:
         consumer.close()

@@ -11,6 +11,7 @@ their API and composes them.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from lucid_hub import gcpause
 from lucid_hub.archive import Archive, Precondition, read_only
 from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import diff_msgs
-from lucid_hub.errors import ConflictError, NotFoundError, PatchSignatureError
+from lucid_hub.errors import ConflictError, LogUnavailableError, NotFoundError, PatchSignatureError
 from lucid_hub.locks import DatabaseLocks
 from lucid_hub.log import PatchLog
 from lucid_hub.memory import DEFAULT_CACHE_BYTES
@@ -40,6 +41,8 @@ from lucid_hub.signing import SigningKey, TrustedKeys, jwks_of
 from lucid_hub.store import GraphStore
 
 __all__ = ["GraphView", "Publisher", "StaleChange", "Unchanged"]
+
+log = logging.getLogger(__name__)
 
 
 class Unchanged:
@@ -100,7 +103,10 @@ class Publisher:
         """Bring store and log up to the archive (run at start)."""
         self.sync.repair()
         if self.relay.enabled:
-            self.relay.resume()
+            try:
+                self.relay.resume()
+            except LogUnavailableError as exc:  # the hub starts; its relay tries again (and /readyz says why)
+                log.warning("the patch log is unavailable at start: %s", exc)
 
     # --- reading -------------------------------------------------------------------------
 

@@ -56,6 +56,71 @@ capabilities:
       key: database-url
 {{- end -}}
 
+{{/* Kafka's security for the containers that use the patch log: settings, secrets from the
+operator's Secrets (never in the ConfigMap), PEM and properties files mounted read-only. */}}
+{{- define "lucid-hub.kafkaEnv" -}}
+{{- $k := .Values.kafka -}}
+{{- if $k.bootstrap }}
+{{- with $k.securityProtocol }}
+- {name: LUCID_KAFKA_SECURITY_PROTOCOL, value: {{ . | quote }}}
+{{- end }}
+{{- if $k.tls.existingSecret }}
+- {name: LUCID_KAFKA_SSL_CA_FILE, value: {{ printf "/etc/lucid-hub/kafka/tls/%s" $k.tls.caKey | quote }}}
+{{- if $k.tls.certKey }}
+- {name: LUCID_KAFKA_SSL_CERT_FILE, value: {{ printf "/etc/lucid-hub/kafka/tls/%s" $k.tls.certKey | quote }}}
+- {name: LUCID_KAFKA_SSL_KEY_FILE, value: {{ printf "/etc/lucid-hub/kafka/tls/%s" $k.tls.keyKey | quote }}}
+{{- end }}
+{{- end }}
+{{- if not $k.tls.checkHostname }}
+- {name: LUCID_KAFKA_SSL_CHECK_HOSTNAME, value: "false"}
+{{- end }}
+{{- with $k.sasl.mechanism }}
+- {name: LUCID_KAFKA_SASL_MECHANISM, value: {{ . | quote }}}
+{{- end }}
+{{- with $k.sasl.username }}
+- {name: LUCID_KAFKA_SASL_USERNAME, value: {{ . | quote }}}
+{{- end }}
+{{- with $k.sasl.existingSecret }}
+- name: LUCID_KAFKA_SASL_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ . }}, key: {{ $k.sasl.passwordKey }}}}
+{{- end }}
+{{- with $k.oauth.tokenUrl }}
+- {name: LUCID_KAFKA_OAUTH_TOKEN_URL, value: {{ . | quote }}}
+- {name: LUCID_KAFKA_OAUTH_CLIENT_ID, value: {{ required "kafka.oauth.clientId is required with kafka.oauth.tokenUrl" $k.oauth.clientId | quote }}}
+- name: LUCID_KAFKA_OAUTH_CLIENT_SECRET
+  valueFrom: {secretKeyRef: {name: {{ required "kafka.oauth.existingSecret is required with kafka.oauth.tokenUrl" $k.oauth.existingSecret }}, key: {{ $k.oauth.clientSecretKey }}}}
+{{- with $k.oauth.scope }}
+- {name: LUCID_KAFKA_OAUTH_SCOPE, value: {{ . | quote }}}
+{{- end }}
+{{- end }}
+{{- if $k.properties.existingSecret }}
+- {name: LUCID_KAFKA_PROPERTIES_FILE, value: "/etc/lucid-hub/kafka/client.properties"}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "lucid-hub.kafkaVolumeMounts" -}}
+{{- $k := .Values.kafka -}}
+{{- if and $k.bootstrap $k.tls.existingSecret }}
+- {name: kafka-tls, mountPath: /etc/lucid-hub/kafka/tls, readOnly: true}
+{{- end }}
+{{- if and $k.bootstrap $k.properties.existingSecret }}
+- {name: kafka-properties, mountPath: /etc/lucid-hub/kafka/client.properties, subPath: {{ $k.properties.key }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "lucid-hub.kafkaVolumes" -}}
+{{- $k := .Values.kafka -}}
+{{- if and $k.bootstrap $k.tls.existingSecret }}
+- name: kafka-tls
+  secret: {secretName: {{ $k.tls.existingSecret }}, defaultMode: 0400}
+{{- end }}
+{{- if and $k.bootstrap $k.properties.existingSecret }}
+- name: kafka-properties
+  secret: {secretName: {{ $k.properties.existingSecret }}, defaultMode: 0400}
+{{- end }}
+{{- end -}}
+
 {{/* Spark: the image with a JVM (the Dockerfile's spark target), its service account, settings. */}}
 {{- define "lucid-hub.sparkImage" -}}
 {{ default (printf "%s-spark" .Values.image.repository) .Values.spark.image.repository }}:{{ .Values.spark.image.tag | default .Values.image.tag | default .Chart.AppVersion }}

@@ -38,6 +38,7 @@ template:
               name: {{ include "lucid-hub.fullname" . }}
         env:
           {{- include "lucid-hub.env" . | nindent 10 }}
+          {{- include "lucid-hub.kafkaEnv" . | nindent 10 }}
         livenessProbe:
           httpGet: {path: /healthz, port: http}
           periodSeconds: 10
@@ -64,6 +65,7 @@ template:
           {{- if include "lucid-hub.replicated" . }}
           - {name: session-secret, mountPath: /data/keys/session-secret, subPath: session-secret, readOnly: true}
           {{- end }}
+          {{- include "lucid-hub.kafkaVolumeMounts" . | nindent 10 }}
     volumes:
       {{- if not (include "lucid-hub.replicated" .) }}
       - name: data
@@ -89,6 +91,7 @@ template:
           secretName: {{ include "lucid-hub.fullname" . }}-session
           defaultMode: 0400
       {{- end }}
+      {{- include "lucid-hub.kafkaVolumes" . | nindent 6 }}
     {{- with .Values.nodeSelector }}
     nodeSelector:
       {{- toYaml . | nindent 6 }}
