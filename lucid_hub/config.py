@@ -46,8 +46,22 @@ class Settings:
     canon_memory_mb: int = 2048
     # Largest patch document (bytes) that is read for apply or verify.
     max_patch_bytes: int = 256 * 1024 * 1024
-    # SQLAlchemy URL of the relational state; default: SQLite in the data directory.
+    # SQLAlchemy URL of the relational state; default: SQLite in the data directory. Or, as
+    # operators configure a managed PostgreSQL, its parts (docs/operations.md, "PostgreSQL"):
+    # host, port, database, user, a password from the variable or a file (`_FILE`, a mounted
+    # Secret) and libpq's TLS settings (sslmode: disable … verify-full; the CA and a client
+    # certificate as PEM files).
     database_url: str = ""
+    database_host: str = ""
+    database_port: int = 5432
+    database_name: str = "lucid"
+    database_user: str = "lucid"
+    database_password: str = field(default="", repr=False)
+    database_password_file: str = ""
+    database_sslmode: str = ""
+    database_sslrootcert: str = ""
+    database_sslcert: str = ""
+    database_sslkey: str = ""
     # Kafka bootstrap servers; empty: the embedded SQL patch log.
     kafka_bootstrap: str = ""
     kafka_topic: str = "lucid-hub.patches"
@@ -138,6 +152,9 @@ class Settings:
     spark_conf: str = ""
     # Files at least this large are published with the Spark engine (when pyspark is installed).
     spark_threshold_bytes: int = 256 * 1024 * 1024
+    # On a Spark cluster, each job takes this package along (a zip of the driver's), so that
+    # executors need only pyspark, pyarrow and pyoxigraph; false: the executors' own copy.
+    spark_ship_package: bool = True
     # Access conditions (`*.ttl`) loaded at start; default: the shipped `policies/` directory.
     policies_dir: Path = field(default_factory=_default_policies_dir)
     # Lifetime (seconds) of the access tokens this hub issues.
@@ -259,8 +276,40 @@ class Settings:
 
     @property
     def db_url(self) -> str:
-        """The database URL in force (SQLite in the data directory unless configured)."""
-        return self.database_url or f"sqlite:///{self.data_dir / 'lucid-hub.db'}"
+        """The database URL in force: LUCID_DATABASE_URL, or PostgreSQL from its parts
+        (LUCID_DATABASE_HOST …), else SQLite in the data directory."""
+        if self.database_url:
+            return self.database_url
+        if not self.database_host:
+            return f"sqlite:///{self.data_dir / 'lucid-hub.db'}"
+        from sqlalchemy.engine import URL
+
+        query = {key: value for key, value in (
+            ("sslmode", self.database_sslmode), ("sslrootcert", self.database_sslrootcert),
+            ("sslcert", self.database_sslcert), ("sslkey", self.database_sslkey)) if value}
+        url = URL.create("postgresql+psycopg", username=self.database_user,
+                         password=self.secret("database_password") or None, host=self.database_host,
+                         port=self.database_port, database=self.database_name, query=query)
+        return url.render_as_string(hide_password=False)
+
+    @property
+    def database_configured(self) -> bool:
+        """Whether the operator named a database (else: SQLite in the data directory)."""
+        return bool(self.database_url or self.database_host)
+
+    def secret(self, name: str) -> str:
+        """A secret setting: its variable, or the content of its file (`<name>_file`, a
+        mounted Secret), stripped of the line end; never both."""
+        value = str(getattr(self, name))
+        file = str(getattr(self, f"{name}_file"))
+        if value and file:
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()} and {ENV_PREFIX}{name.upper()}_FILE are both set: give one")
+        if not file:
+            return value
+        try:
+            return Path(file).read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()}_FILE: cannot read {file}: {exc.strerror}") from None
 
     @property
     def store_dir(self) -> Path:
@@ -368,6 +417,30 @@ class Settings:
             raise ConfigError("LUCID_GRACEFUL_TIMEOUT must be a positive number of seconds")
         if not 0 <= self.metrics_port < 65536:
             raise ConfigError("LUCID_METRICS_PORT must be a TCP port (0: none)")
+        self._validate_database()
+
+    def _validate_database(self) -> None:
+        parts = [name for name in ("database_host", "database_password", "database_password_file",
+                                   "database_sslmode", "database_sslrootcert", "database_sslcert", "database_sslkey")
+                 if getattr(self, name)]
+        if self.database_url and parts:
+            raise ConfigError(f"LUCID_DATABASE_URL and {ENV_PREFIX}{parts[0].upper()} are both set: give the URL "
+                              "or the database's parts (LUCID_DATABASE_HOST …), not both")
+        if parts and not self.database_host:
+            raise ConfigError(f"{ENV_PREFIX}{parts[0].upper()} is set but LUCID_DATABASE_HOST is not")
+        if not 0 < self.database_port < 65536:
+            raise ConfigError("LUCID_DATABASE_PORT must be a TCP port")
+        modes = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+        if self.database_sslmode and self.database_sslmode not in modes:
+            raise ConfigError(f"LUCID_DATABASE_SSLMODE must be one of {', '.join(modes)}")
+        for name in ("database_sslrootcert", "database_sslcert", "database_sslkey"):
+            value = getattr(self, name)
+            if value and not Path(value).is_file():
+                raise ConfigError(f"{ENV_PREFIX}{name.upper()}: no file {value}")
+        if bool(self.database_sslcert) != bool(self.database_sslkey):
+            raise ConfigError("LUCID_DATABASE_SSLCERT and LUCID_DATABASE_SSLKEY go together")
+        if self.database_host:
+            self.secret("database_password")  # a password file that cannot be read stops the start
 
 
 def _convert(name: str, raw: str, type_name: object) -> Any:

@@ -93,7 +93,8 @@ def check_before_serving(settings: Settings) -> None:
         database.upgrade()
     except SQLAlchemyError as exc:
         reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
-        raise ConfigError(f"cannot use the database {database.engine.url!r} (LUCID_DATABASE_URL): {reason}") from None
+        source = "LUCID_DATABASE_HOST and its parts" if settings.database_host else "LUCID_DATABASE_URL"
+        raise ConfigError(f"cannot use the database {database.engine.url!r} ({source}): {reason}") from None
     finally:
         database.dispose()
 

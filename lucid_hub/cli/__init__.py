@@ -6,6 +6,7 @@ on the root group (base.cli)."""
 from __future__ import annotations
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
 from lucid_hub.cli import bench, hub, partners, patches, rules  # noqa: F401 (their commands register)
 from lucid_hub.cli.base import EXIT_ERROR, EXIT_INTERNAL, EXIT_USAGE, cli, one_line
@@ -31,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except LucidError as exc:
         click.echo(f"lucid-hub: error: {one_line(str(exc))}", err=True)
+        return EXIT_ERROR
+    except SQLAlchemyError as exc:  # the database refused or is unreachable: its reason, not ours
+        reason = one_line(str(getattr(exc, "orig", None) or exc))[:300]
+        click.echo(f"lucid-hub: error: the database (LUCID_DATABASE_URL or LUCID_DATABASE_HOST …): {reason}", err=True)
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_ERROR

@@ -104,7 +104,7 @@ def saying_if_new(state: Context) -> Iterator[None]:
     mistyped LUCID_DATA_DIR shows here, not as a client the running hub never heard of)."""
     settings = state.settings
     marker = settings.data_dir / "lucid-hub.db"
-    new = not settings.database_url and not marker.is_file()
+    new = not settings.database_configured and not marker.is_file()
     try:
         yield
     finally:
@@ -120,7 +120,7 @@ def open_database(state: Context, *, writes: bool = True) -> Iterator[Any]:
     from lucid_hub.db.session import Database
 
     settings = state.settings
-    if not writes and not settings.database_url and not (settings.data_dir / "lucid-hub.db").is_file():
+    if not writes and not settings.database_configured and not (settings.data_dir / "lucid-hub.db").is_file():
         raise InputError(f"no hub's data at {settings.data_dir} (LUCID_DATA_DIR): point LUCID_DATA_DIR at the "
                          "data directory of the hub `lucid-hub serve` runs on")
     with saying_if_new(state) if writes else contextlib.nullcontext():
@@ -131,8 +131,8 @@ def open_database(state: Context, *, writes: bool = True) -> Iterator[Any]:
             if writes:
                 database.upgrade()
             elif not database.is_current():
-                raise InputError("the database (LUCID_DATABASE_URL) holds no lucid-hub schema: start the hub or run "
-                                 "`lucid-hub db upgrade` first")
+                raise InputError("the database (LUCID_DATABASE_URL or _HOST) holds no lucid-hub schema: start the hub "
+                                 "or run `lucid-hub db upgrade` first")
             yield database
         finally:
             database.dispose()

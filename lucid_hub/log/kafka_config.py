@@ -54,20 +54,6 @@ def read_properties(path: str) -> dict[str, str]:
     return found
 
 
-def _secret(settings: Settings, name: str) -> str:
-    """A secret setting: its variable, or the content of its file (`name_file`), stripped."""
-    value = str(getattr(settings, name))
-    file = str(getattr(settings, f"{name}_file"))
-    if value and file:
-        raise ConfigError(f"LUCID_{name.upper()} and LUCID_{name.upper()}_FILE are both set: give one")
-    if file:
-        try:
-            return Path(file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"LUCID_{name.upper()}_FILE: cannot read {file}: {exc.strerror}") from None
-    return value
-
-
 def _readable(setting: str, path: str) -> str:
     if not Path(path).is_file():
         raise ConfigError(f"{setting}: no file {path}")
@@ -100,7 +86,7 @@ def client_config(settings: Settings) -> dict[str, Any]:
                           ("kafka_ssl_key_file", "ssl.key.location")):
         if getattr(s, setting):
             props[prop] = _readable(f"LUCID_{setting.upper()}", getattr(s, setting))
-    if key_password := _secret(s, "kafka_ssl_key_password"):
+    if key_password := s.secret("kafka_ssl_key_password"):
         props["ssl.key.password"] = key_password
     if ("ssl.certificate.location" in props) != ("ssl.key.location" in props):
         raise ConfigError("a client certificate needs its key, and a key its certificate "
@@ -112,7 +98,7 @@ def client_config(settings: Settings) -> dict[str, Any]:
         props["sasl.mechanisms"] = s.kafka_sasl_mechanism.upper()
     if s.kafka_sasl_username:
         props["sasl.username"] = s.kafka_sasl_username
-    if password := _secret(s, "kafka_sasl_password"):
+    if password := s.secret("kafka_sasl_password"):
         props["sasl.password"] = password
     _oauth(s, props)
     if protocol.startswith("SASL_"):
@@ -125,7 +111,7 @@ def client_config(settings: Settings) -> dict[str, Any]:
 
 def _oauth(s: Settings, props: dict[str, Any]) -> None:
     """OAUTHBEARER through librdkafka's own OIDC client (client credentials at the token URL)."""
-    secret = _secret(s, "kafka_oauth_client_secret")
+    secret = s.secret("kafka_oauth_client_secret")
     if not (s.kafka_oauth_token_url or s.kafka_oauth_client_id or secret):
         return
     if not (s.kafka_oauth_token_url and s.kafka_oauth_client_id and secret):
