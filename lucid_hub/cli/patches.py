@@ -89,7 +89,8 @@ def _engine(state: Context, engine: str) -> DiffEngine:
         from lucid_hub.diff.spark import SparkDiffEngine, console_progress, spark_session
 
         settings = state.settings
-        spark = spark_session(settings.spark_master, settings.spark_settings())
+        spark = spark_session(settings.spark_master, settings.spark_settings(),
+                              ship_package=settings.spark_ship_package)
         return SparkDiffEngine(spark, settings.canon_timeout, settings.canon_memory_mb, progress=console_progress())
     from lucid_hub.diff.local import LocalDiffEngine
 

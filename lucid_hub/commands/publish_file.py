@@ -151,7 +151,8 @@ def _spark_change(settings: Settings, old: Path, new: Path, graph: str, spark: A
     """The change of `graph` from `old` to `new`, diffed on Spark; None if there is none."""
     from lucid_hub.diff.spark import SparkDiffEngine, console_progress, spark_session
 
-    session = spark or spark_session(settings.spark_master, settings.spark_settings())
+    session = spark or spark_session(settings.spark_master, settings.spark_settings(),
+                                     ship_package=settings.spark_ship_package)
     engine = SparkDiffEngine(session, settings.canon_timeout, settings.canon_memory_mb, progress=console_progress())
     try:
         changes = engine.diff_files(old, new, default_graph=graph)
@@ -187,7 +188,8 @@ def spark_publish_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
-        session = spark_session(None, settings.spark_settings())  # the master is spark-submit's
+        session = spark_session(None, settings.spark_settings(),  # the master is spark-submit's
+                                ship_package=settings.spark_ship_package)
         try:
             with Canonicalizer(settings.canon_timeout, settings.canon_memory_mb) as canonicalizer:
                 publish_file(settings, args.file, args.graph, author="", message=args.message, hub_url=args.hub,

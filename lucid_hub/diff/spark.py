@@ -35,10 +35,13 @@ from lucid_hub.rdf.syntax import has_triple_term
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 LINE_SUFFIXES = (".nt", ".nq", ".nt.gz", ".nq.gz")
 _ERROR = re.compile(r"lucid_hub\.errors\.(\w+): (.+)")
+_RAISED = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception): .+)$", re.M)
 
 
-def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None = None) -> Any:
-    """A SparkSession for diff jobs: `master` and `spark.*` settings pass through.
+def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None = None, *,
+                  ship_package: bool = True) -> Any:
+    """A SparkSession for diff jobs: `master` and `spark.*` settings pass through. On a
+    cluster the package travels with the jobs (`ship_package`, LUCID_SPARK_SHIP_PACKAGE).
 
     `master=None` leaves the master to spark-submit (settings made in code would win over it).
     The JVM logs errors only (no INFO/WARN chatter on the CLI's stderr) and Spark's console
@@ -65,6 +68,10 @@ def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None =
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")  # also when an existing JVM had another config
+    if ship_package:
+        from lucid_hub.diff.shipping import ship
+
+        ship(spark)  # executors need not have lucid-hub installed (docs/spark.md)
     return spark
 
 
@@ -401,7 +408,13 @@ def _unwrap(exc: Exception) -> LucidError:
         cls = getattr(errors, name, LucidError)
         if isinstance(cls, type) and issubclass(cls, LucidError):
             return cls(message.strip())
-    first = " ".join(str(exc).split())[:300]
+    text = str(exc)
+    # A Python worker's traceback ends with its exception's own line ("ModuleNotFoundError: No
+    # module named 'lucid_hub'"): that line says what failed, the frames before it do not.
+    raised = [line for line in _RAISED.findall(text) if not line.startswith(("org.", "java.", "scala.", "py4j."))]
+    if raised:
+        return LucidError(f"the Spark job failed on an executor: {raised[-1].strip()[:300]}")
+    first = " ".join(text.split())[:300]
     return LucidError(f"the Spark job failed: {first}")
 
 
@@ -422,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="directory for the patches (default: standard output)")
     parser.add_argument("--master", help="Spark master (default: spark-submit's)")
     args = parser.parse_args(argv)
-    spark = spark_session(args.master)
+    from lucid_hub.config import Settings
+
+    spark = spark_session(args.master, ship_package=Settings.from_env().spark_ship_package)
     try:
         engine = SparkDiffEngine(spark, progress=console_progress())
         changes = engine.diff_files(args.old, args.new, default_graph=args.graph)
