@@ -23,7 +23,11 @@ COPY migrations ./migrations
 COPY policies ./policies
 # Editable: the Alembic migrations and default policies are read from the source tree
 # (not yet shipped inside the wheel; see the notes).
-RUN pip install -e . \
+# postgresql-client: pg_dump and pg_restore for `lucid-hub backup` / `restore` of a PostgreSQL hub.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends postgresql-client \
+    && rm -rf /var/lib/apt/lists/* \
+    && pip install -e . \
     && useradd --uid 10001 --user-group --no-create-home --home-dir /data lucid \
     && mkdir -p /data && chown lucid:lucid /data
 

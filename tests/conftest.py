@@ -182,15 +182,16 @@ class RunningHub:
 
 
 @contextmanager
-def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None) -> Iterator[RunningHub]:
+def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None,
+                port: int | None = None) -> Iterator[RunningHub]:
     """A hub (its front, as `serve` runs it: uvicorn's event loop before the Flask app) on a
-    free loopback port."""
+    free loopback port (or `port`: a hub that comes back at the same URL)."""
     from lucid_hub.config import Settings
     from lucid_hub.runtime import Runtime
     from lucid_hub.web.front import build_front
     from lucid_hub.web.serving import Served
 
-    port = free_port()
+    port = port or free_port()
     settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_DATABASE_URL": db_url,
                                   "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}", "LUCID_MAX_BODY_BYTES": "200000",
                                   "LUCID_PAGE_SIZE": "3", **(extra_env or {})})

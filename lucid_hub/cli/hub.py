@@ -182,3 +182,34 @@ def db_downgrade(state: Context, revision: str, yes: bool) -> None:
     finally:
         database.dispose()
     click.echo(f"database schema downgraded to {revision}")
+
+
+@cli.command()
+@click.argument("target", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--keys", "keys", type=click.Choice(["encrypted", "plain", "omit"]), default="encrypted",
+              show_default=True, help="The signing keys: encrypted with the passphrase, readable, or left out "
+                                      "(when they come from a Secret of yours).")
+@click.option("--passphrase-file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="A file holding the passphrase the keys are encrypted with (12 bytes or more).")
+@pass_ctx
+def backup(state: Context, target: Path, keys: str, passphrase_file: Path | None) -> None:
+    """Back this hub up into TARGET (.tar.gz) while it runs: the database as one consistent
+    snapshot and the signing keys; the store is rebuilt at restore (docs/operations.md)."""
+    from lucid_hub.commands.backup import backup as run_backup
+    from lucid_hub.commands.backup import read_passphrase
+
+    run_backup(state.settings, target, keys=keys, passphrase=read_passphrase(passphrase_file), echo=click.echo)
+
+
+@cli.command()
+@click.argument("source", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--passphrase-file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="The passphrase the backup's keys were encrypted with.")
+@pass_ctx
+def restore(state: Context, source: Path, passphrase_file: Path | None) -> None:
+    """Restore a backup into a new data directory (LUCID_DATA_DIR) and an empty database:
+    every patch is verified and the store rebuilt before this says it is done."""
+    from lucid_hub.commands.backup import read_passphrase
+    from lucid_hub.commands.backup import restore as run_restore
+
+    run_restore(state.settings, source, passphrase=read_passphrase(passphrase_file), echo=click.echo)
