@@ -451,3 +451,45 @@ def test_the_kafka_values_in_the_operations_guide_render_valid_objects() -> None
             validate(obj)
         env = {e["name"] for e in _hub_container(objects)["env"]}
         assert "LUCID_KAFKA_SECURITY_PROTOCOL" in env or "LUCID_KAFKA_PROPERTIES_FILE" in env
+
+
+def test_postgresql_by_its_parts_takes_the_password_and_ca_from_the_operators_secrets() -> None:
+    values = {"database": {"host": "acme.postgres.database.azure.com", "port": 6432, "name": "hub", "user": "acme",
+                           "existingSecret": "acme-db", "existingSecretPasswordKey": "pg-password",
+                           "sslmode": "verify-full", "sslRootCert": {"existingSecret": "azure-ca", "key": "root.pem"}}}
+    objects = render(values)
+    for obj in objects:
+        validate(obj)
+    assert "Secret" not in {o["kind"] for o in objects}  # nothing of the database's in the chart's own objects
+    migrate = _containers(_by(objects, "Job")[0])[0]
+    for container in (_hub_container(objects), _containers(_by(objects, "Deployment", "worker")[0])[0], migrate):
+        env = {e["name"]: e for e in container["env"]}
+        assert "LUCID_DATABASE_URL" not in env
+        assert {k: env[k].get("value") for k in ("LUCID_DATABASE_HOST", "LUCID_DATABASE_PORT", "LUCID_DATABASE_NAME",
+                                                  "LUCID_DATABASE_USER", "LUCID_DATABASE_SSLMODE",
+                                                  "LUCID_DATABASE_SSLROOTCERT")} == {
+            "LUCID_DATABASE_HOST": "acme.postgres.database.azure.com", "LUCID_DATABASE_PORT": "6432",
+            "LUCID_DATABASE_NAME": "hub", "LUCID_DATABASE_USER": "acme", "LUCID_DATABASE_SSLMODE": "verify-full",
+            "LUCID_DATABASE_SSLROOTCERT": "/etc/lucid-hub/database/root.pem"}
+        assert env["LUCID_DATABASE_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "acme-db",
+                                                                               "key": "pg-password"}}
+        assert {"name": "database-ca", "mountPath": "/etc/lucid-hub/database", "readOnly": True} in \
+            container["volumeMounts"]
+    url_key = render({"database": {"existingSecret": "acme-db", "existingSecretUrlKey": "uri"}})
+    (env,) = [e for e in _hub_container(url_key)["env"] if e["name"] == "LUCID_DATABASE_URL"]
+    assert env["valueFrom"]["secretKeyRef"] == {"name": "acme-db", "key": "uri"}
+
+
+def test_misspelt_keys_wrong_types_and_sqlite_are_refused_with_the_reason() -> None:
+    base = PROFILES["minimal"]
+    refusals = {
+        "databse": {**base, "databse": {"url": "postgresql+psycopg://x@db/x"}},
+        "sslmode": {**base, "database": {"host": "db", "sslmode": "always"}},
+        "port": {"database": {"host": "db", "port": "5432x"}},
+        "url": {"database": {"url": "sqlite:////data/hub.db"}},
+        "not both": {"database": {"url": "postgresql+psycopg://x@db/x", "host": "db"}},
+        "replicsa": {**base, "hub": {"replicsa": 3}},
+    }
+    for reason, values in refusals.items():
+        with pytest.raises(helm.HelmError, match=reason):
+            render(values)

@@ -49,11 +49,43 @@ capabilities:
 
 {{/* The environment every lucid-hub container gets. */}}
 {{- define "lucid-hub.env" -}}
+{{- $db := .Values.database -}}
+{{- if $db.host }}
+- {name: LUCID_DATABASE_HOST, value: {{ $db.host | quote }}}
+- {name: LUCID_DATABASE_PORT, value: {{ $db.port | int | quote }}}
+- {name: LUCID_DATABASE_NAME, value: {{ $db.name | quote }}}
+- {name: LUCID_DATABASE_USER, value: {{ $db.user | quote }}}
+{{- with $db.existingSecret }}
+- name: LUCID_DATABASE_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ . }}, key: {{ $db.existingSecretPasswordKey }}}}
+{{- end }}
+{{- with $db.sslmode }}
+- {name: LUCID_DATABASE_SSLMODE, value: {{ . | quote }}}
+{{- end }}
+{{- if $db.sslRootCert.existingSecret }}
+- {name: LUCID_DATABASE_SSLROOTCERT, value: {{ printf "/etc/lucid-hub/database/%s" $db.sslRootCert.key | quote }}}
+{{- end }}
+{{- else }}
 - name: LUCID_DATABASE_URL
   valueFrom:
     secretKeyRef:
       name: {{ include "lucid-hub.databaseSecret" . }}
-      key: database-url
+      key: {{ if $db.existingSecret }}{{ $db.existingSecretUrlKey }}{{ else }}database-url{{ end }}
+{{- end }}
+{{- end -}}
+
+{{/* The database's CA, where the parts name one (mounted read-only for libpq). */}}
+{{- define "lucid-hub.databaseVolumeMounts" -}}
+{{- if and .Values.database.host .Values.database.sslRootCert.existingSecret }}
+- {name: database-ca, mountPath: /etc/lucid-hub/database, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "lucid-hub.databaseVolumes" -}}
+{{- if and .Values.database.host .Values.database.sslRootCert.existingSecret }}
+- name: database-ca
+  secret: {secretName: {{ .Values.database.sslRootCert.existingSecret }}, defaultMode: 0444}
+{{- end }}
 {{- end -}}
 
 {{/* Kafka's security for the containers that use the patch log: settings, secrets from the

@@ -66,6 +66,7 @@ template:
           - {name: session-secret, mountPath: /data/keys/session-secret, subPath: session-secret, readOnly: true}
           {{- end }}
           {{- include "lucid-hub.kafkaVolumeMounts" . | nindent 10 }}
+          {{- include "lucid-hub.databaseVolumeMounts" . | nindent 10 }}
     volumes:
       {{- if not (include "lucid-hub.replicated" .) }}
       - name: data
@@ -92,6 +93,7 @@ template:
           defaultMode: 0400
       {{- end }}
       {{- include "lucid-hub.kafkaVolumes" . | nindent 6 }}
+      {{- include "lucid-hub.databaseVolumes" . | nindent 6 }}
     {{- with .Values.nodeSelector }}
     nodeSelector:
       {{- toYaml . | nindent 6 }}
