@@ -36,7 +36,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "podDisruptionBudget": {"enabled": True},
         "networkPolicy": {"enabled": True},
         "extraEnv": {"LUCID_LEASE_MAX": "864000"},
-        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                    "grafanaDashboard": {"enabled": True}},
     },
     "replicated": {
         "database": {"existingSecret": "lucid-db"}, "signingKey": {"existingSecret": "lucid-signing-key"},
@@ -58,7 +60,8 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 # Custom resources: kubernetes-validate has no schemas for them; ours are in helm/schemas.
 CUSTOM_SCHEMAS = {"SparkApplication": "sparkapplication-sparkoperator-v1beta2.json",
-                  "ServiceMonitor": "servicemonitor-monitoring-v1.json"}
+                  "ServiceMonitor": "servicemonitor-monitoring-v1.json",
+                  "PrometheusRule": "prometheusrule-monitoring-v1.json"}
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -493,3 +496,111 @@ def test_misspelt_keys_wrong_types_and_sqlite_are_refused_with_the_reason() -> N
     for reason, values in refusals.items():
         with pytest.raises(helm.HelmError, match=reason):
             render(values)
+
+
+CONVENTIONS = {
+    "database": {"existingSecret": "lucid-db"},
+    "global": {"imageRegistry": "registry.acme.example", "imagePullSecrets": [{"name": "acme-registry"}]},
+    "image": {"repository": "platform/lucid-hub", "digest": "sha256:" + "ab" * 32},
+    "commonLabels": {"team": "data-sharing"},
+    "podLabels": {"sidecar.istio.io/inject": "false"},
+    "podAnnotations": {"backup.velero.io/backup-volumes": "data"},
+    "extraEnvVars": [{"name": "LUCID_LEASE_MAX", "value": "864000"},
+                     {"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy", "key": "url"}}}],
+    "extraEnvVarsSecret": "lucid-extra",
+    "extraEnvVarsCM": "lucid-extra-settings",
+    "extraVolumes": [{"name": "company-ca", "configMap": {"name": "company-ca"}}],
+    "extraVolumeMounts": [{"name": "company-ca", "mountPath": "/etc/company-ca", "readOnly": True}],
+    # OpenShift assigns the user and group: the chart's are removed (null removes a default in Helm).
+    "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
+    "ingress": {"enabled": True, "className": "nginx",
+                "hosts": [{"host": "hub.acme.example"}, {"host": "partners.acme.example"}],
+                "tls": [{"hosts": ["hub.acme.example", "partners.acme.example"], "secretName": "hub-tls"}]},
+    "workers": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 12},
+                "podDisruptionBudget": {"enabled": True, "minAvailable": 2}},
+}
+
+
+def test_the_chart_follows_the_conventions_operators_know() -> None:
+    report = helm.lint(CHART, CONVENTIONS, strict=True, kube_version=f"v{KUBE_VERSION}")
+    assert [m for m in report["messages"] if m["severity"] >= 2] + report["errors"] == []
+    objects = render(CONVENTIONS)
+    for obj in objects:
+        validate(obj)
+        assert obj["metadata"]["labels"]["team"] == "data-sharing"  # commonLabels on every object
+    image = "registry.acme.example/platform/lucid-hub@sha256:" + "ab" * 32
+    hub = _by(objects, "Deployment", "hub")[0]
+    worker = _by(objects, "Deployment", "worker")[0]
+    for workload in (hub, worker):
+        pod = workload["spec"]["template"]
+        assert pod["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+        assert pod["metadata"]["annotations"]["backup.velero.io/backup-volumes"] == "data"
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "acme-registry"}]
+        assert pod["spec"]["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == image
+        assert {"secretRef": {"name": "lucid-extra"}} in container["envFrom"]
+        assert {"configMapRef": {"name": "lucid-extra-settings"}} in container["envFrom"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["HTTPS_PROXY"]["valueFrom"] == {"secretKeyRef": {"name": "proxy", "key": "url"}}
+        assert {"name": "company-ca", "mountPath": "/etc/company-ca", "readOnly": True} in container["volumeMounts"]
+        assert {"name": "company-ca", "configMap": {"name": "company-ca"}} in pod["spec"]["volumes"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True  # the default kept
+    assert "replicas" not in worker["spec"]  # the HPA decides
+    (hpa,) = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
+    (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 2
+    (ingress,) = [o for o in objects if o["kind"] == "Ingress"]
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert [r["host"] for r in ingress["spec"]["rules"]] == ["hub.acme.example", "partners.acme.example"]
+    assert ingress["spec"]["tls"] == [{"hosts": ["hub.acme.example", "partners.acme.example"], "secretName": "hub-tls"}]
+    (migrate,) = _by(objects, "Job")
+    assert migrate["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "acme-registry"}]
+
+
+def test_values_files_of_the_previous_release_render_as_before() -> None:
+    """Today's names keep working: a repository that names its registry, the workers'
+    top-level autoscaling and disruption budget, Ingress `host` and `tlsSecret`, `extraEnv`."""
+    before = {"database": {"existingSecret": "lucid-db"},
+              "image": {"repository": "registry.acme.example/lucid-hub", "tag": "0.2.0"},
+              "ingress": {"enabled": True, "host": "hub.acme.example", "tlsSecret": "hub-tls"},
+              "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 5},
+              "podDisruptionBudget": {"enabled": True, "minAvailable": 1}, "extraEnv": {"LUCID_LEASE_MAX": "864000"}}
+    objects = render(before)
+    for obj in objects:
+        validate(obj)
+    assert _hub_container(objects)["image"] == "registry.acme.example/lucid-hub:0.2.0"
+    (ingress,) = [o for o in objects if o["kind"] == "Ingress"]
+    assert ingress["spec"]["rules"][0]["host"] == "hub.acme.example"
+    assert ingress["spec"]["tls"] == [{"hosts": ["hub.acme.example"], "secretName": "hub-tls"}]
+    (hpa,) = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 5)
+    assert _by(objects, "ConfigMap")[0]["data"]["LUCID_LEASE_MAX"] == "864000"
+    assert _hub_container(render(PROFILES["minimal"]))["image"] == "ghcr.io/lucid-hub/lucid-hub:0.1.0"
+
+
+def test_the_alerts_and_the_dashboard_use_metrics_the_hub_exports() -> None:
+    """Each alert's and panel's metric names are ones lucid-hub exports (a renamed metric would
+    silently never fire); the rule and the dashboard render only when asked for."""
+    import json
+    import re
+
+    objects = render(PROFILES["production"])
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    (board,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")]
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    panels = json.loads(board["data"]["lucid-hub.json"])["panels"]
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]] + [
+        t["expr"] for p in panels for t in p["targets"]]
+    source = "\n".join(p.read_text(encoding="utf-8") for p in (CHART.parents[1] / "lucid_hub").rglob("*.py"))
+    from lucid_hub.metrics import mirror_metrics
+
+    exported = set(re.findall(r'"(lucid_[a-z_]+)"', source)) | {family.name for family in mirror_metrics([])}
+    for expr in exprs:
+        for name in re.findall(r"\b(lucid_[a-z_]+)", expr):
+            base = re.sub(r"_(total|bucket|sum|count)$", "", name)
+            assert name in exported or base in exported, (name, expr)
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"LucidHubSubscriberBehind", "LucidHubMirrorQuarantined", "LucidHubRelayStalled", "LucidHubNoLeader"} <= alerts
+    assert not [o for o in render(PROFILES["minimal"]) if o["kind"] == "PrometheusRule"]

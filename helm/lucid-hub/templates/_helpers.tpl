@@ -9,6 +9,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The labels of the pods (podLabels beside the chart's). */}}
+{{- define "lucid-hub.podLabels" -}}
+{{ include "lucid-hub.labels" . }}
+{{- with .Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "lucid-hub.selector" -}}
@@ -17,8 +28,49 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* registry/repository, then @digest or :tag (Bitnami's convention; global.imageRegistry wins).
+A repository that names its registry (values before 0.3: ghcr.io/lucid-hub/lucid-hub) is taken whole. */}}
+{{- define "lucid-hub.imageRepository" -}}
+{{- $registry := (.Values.global | default dict).imageRegistry | default .Values.image.registry -}}
+{{- if and $registry (not (regexMatch "^[^/]*[.:][^/]*/" .Values.image.repository)) }}{{ $registry }}/{{ end }}{{ .Values.image.repository }}
+{{- end -}}
+
 {{- define "lucid-hub.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "lucid-hub.imageRepository" . }}
+{{- if .Values.image.digest }}@{{ .Values.image.digest }}{{ else }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ end }}
+{{- end -}}
+
+{{/* Image pull secrets: the chart's and global.imagePullSecrets. */}}
+{{- define "lucid-hub.pullSecrets" -}}
+{{- $secrets := concat (.Values.imagePullSecrets | default list) ((.Values.global | default dict).imagePullSecrets | default list) -}}
+{{- with $secrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* What the operator adds to every lucid-hub container: environment and mounts. */}}
+{{- define "lucid-hub.extraEnvFrom" -}}
+{{- with .Values.extraEnvVarsCM }}
+- configMapRef: {name: {{ . }}}
+{{- end }}
+{{- with .Values.extraEnvVarsSecret }}
+- secretRef: {name: {{ . }}}
+{{- end }}
+{{- end -}}
+
+{{- define "lucid-hub.extraEnv" -}}
+{{- with .Values.extraEnvVars }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The workers' autoscaling and disruption budget: workers.*, or the top-level names before 0.3. */}}
+{{- define "lucid-hub.workersAutoscaling" -}}
+{{- if .Values.workers.autoscaling -}}{{ toJson .Values.workers.autoscaling }}{{- else -}}{{ toJson .Values.autoscaling }}{{- end -}}
+{{- end -}}
+{{- define "lucid-hub.workersPdb" -}}
+{{- if .Values.workers.podDisruptionBudget -}}{{ toJson .Values.workers.podDisruptionBudget }}{{- else -}}{{ toJson .Values.podDisruptionBudget }}{{- end -}}
 {{- end -}}
 
 {{- define "lucid-hub.serviceAccountName" -}}
@@ -30,21 +82,14 @@ app.kubernetes.io/component: {{ .component }}
 {{ default (printf "%s-database" (include "lucid-hub.fullname" .)) .Values.database.existingSecret }}
 {{- end -}}
 
-{{/* Restricted pod security: non-root, read-only root filesystem, no privileges. */}}
+{{/* Restricted pod security by default (non-root, read-only root filesystem, no privileges);
+podSecurityContext and containerSecurityContext replace them. */}}
 {{- define "lucid-hub.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 10001
-runAsGroup: 10001
-fsGroup: 10001
-seccompProfile:
-  type: RuntimeDefault
+{{ toYaml .Values.podSecurityContext }}
 {{- end -}}
 
 {{- define "lucid-hub.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities:
-  drop: ["ALL"]
+{{ toYaml .Values.containerSecurityContext }}
 {{- end -}}
 
 {{/* The environment every lucid-hub container gets. */}}
@@ -155,7 +200,7 @@ operator's Secrets (never in the ConfigMap), PEM and properties files mounted re
 
 {{/* Spark: the image with a JVM (the Dockerfile's spark target), its service account, settings. */}}
 {{- define "lucid-hub.sparkImage" -}}
-{{ default (printf "%s-spark" .Values.image.repository) .Values.spark.image.repository }}:{{ .Values.spark.image.tag | default .Values.image.tag | default .Chart.AppVersion }}
+{{ default (printf "%s-spark" (include "lucid-hub.imageRepository" .)) .Values.spark.image.repository }}:{{ .Values.spark.image.tag | default .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
 {{- define "lucid-hub.sparkServiceAccountName" -}}

@@ -3,7 +3,7 @@
 template:
   metadata:
     labels:
-      {{- include "lucid-hub.labels" . | nindent 6 }}
+      {{- include "lucid-hub.podLabels" . | nindent 6 }}
       app.kubernetes.io/component: hub
     annotations:
       checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
@@ -16,10 +16,7 @@ template:
     automountServiceAccountToken: false
     securityContext:
       {{- include "lucid-hub.podSecurityContext" . | nindent 6 }}
-    {{- with .Values.imagePullSecrets }}
-    imagePullSecrets:
-      {{- toYaml . | nindent 6 }}
-    {{- end }}
+    {{- include "lucid-hub.pullSecrets" . | nindent 4 }}
     terminationGracePeriodSeconds: 45   # serve's graceful timeout is 30 s
     containers:
       - name: hub
@@ -36,9 +33,11 @@ template:
         envFrom:
           - configMapRef:
               name: {{ include "lucid-hub.fullname" . }}
+          {{- include "lucid-hub.extraEnvFrom" . | nindent 10 }}
         env:
           {{- include "lucid-hub.env" . | nindent 10 }}
           {{- include "lucid-hub.kafkaEnv" . | nindent 10 }}
+          {{- include "lucid-hub.extraEnv" . | nindent 10 }}
         livenessProbe:
           httpGet: {path: /healthz, port: http}
           periodSeconds: 10
@@ -67,6 +66,9 @@ template:
           {{- end }}
           {{- include "lucid-hub.kafkaVolumeMounts" . | nindent 10 }}
           {{- include "lucid-hub.databaseVolumeMounts" . | nindent 10 }}
+          {{- with .Values.extraVolumeMounts }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
     volumes:
       {{- if not (include "lucid-hub.replicated" .) }}
       - name: data
@@ -94,6 +96,9 @@ template:
       {{- end }}
       {{- include "lucid-hub.kafkaVolumes" . | nindent 6 }}
       {{- include "lucid-hub.databaseVolumes" . | nindent 6 }}
+      {{- with .Values.extraVolumes }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
     {{- with .Values.nodeSelector }}
     nodeSelector:
       {{- toYaml . | nindent 6 }}
