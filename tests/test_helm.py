@@ -604,3 +604,11 @@ def test_the_alerts_and_the_dashboard_use_metrics_the_hub_exports() -> None:
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert {"LucidHubSubscriberBehind", "LucidHubMirrorQuarantined", "LucidHubRelayStalled", "LucidHubNoLeader"} <= alerts
     assert not [o for o in render(PROFILES["minimal"]) if o["kind"] == "PrometheusRule"]
+
+
+def test_the_hubs_disruption_budget_is_named_like_its_autoscaling() -> None:
+    replicated = {k: v for k, v in PROFILES["replicated"].items() if k != "podDisruptionBudget"}
+    assert not [o for o in render(replicated) if o["kind"] == "PodDisruptionBudget"]
+    objects = render({**replicated, "hub": {**replicated["hub"], "podDisruptionBudget": {"enabled": True}}})
+    (budget,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert budget["metadata"]["name"] == "acme-lucid-hub-hub" and budget["spec"]["maxUnavailable"] == 1
