@@ -297,6 +297,13 @@ class Settings:
         """Whether the operator named a database (else: SQLite in the data directory)."""
         return bool(self.database_url or self.database_host)
 
+    def file(self, name: str) -> str:
+        """A setting naming a file: its path ("" when unset); a ConfigError when no such file is there."""
+        value = str(getattr(self, name))
+        if value and not Path(value).is_file():
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()}: no file {value}")
+        return value
+
     def secret(self, name: str) -> str:
         """A secret setting: its variable, or the content of its file (`<name>_file`, a
         mounted Secret), stripped of the line end; never both."""
@@ -394,8 +401,7 @@ class Settings:
                               "must be positive")
         if self.leader_lease_seconds < 1:
             raise ConfigError("LUCID_LEADER_LEASE_SECONDS must be at least 1")
-        if self.outbound_ca_file and not Path(self.outbound_ca_file).is_file():
-            raise ConfigError(f"LUCID_OUTBOUND_CA_FILE: no file {self.outbound_ca_file}")
+        self.file("outbound_ca_file")
         if self.log_format not in ("text", "json"):
             raise ConfigError("LUCID_LOG_FORMAT must be text or json")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -434,9 +440,7 @@ class Settings:
         if self.database_sslmode and self.database_sslmode not in modes:
             raise ConfigError(f"LUCID_DATABASE_SSLMODE must be one of {', '.join(modes)}")
         for name in ("database_sslrootcert", "database_sslcert", "database_sslkey"):
-            value = getattr(self, name)
-            if value and not Path(value).is_file():
-                raise ConfigError(f"{ENV_PREFIX}{name.upper()}: no file {value}")
+            self.file(name)
         if bool(self.database_sslcert) != bool(self.database_sslkey):
             raise ConfigError("LUCID_DATABASE_SSLCERT and LUCID_DATABASE_SSLKEY go together")
         if self.database_host:

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 # failure is reported through the error callback already (a warning per reason and minute), so
 # they are shown only when an operator asks for them (this logger at DEBUG or INFO).
 LIBRDKAFKA = logging.getLogger("lucid_hub.log.librdkafka")
-LIBRDKAFKA.setLevel(logging.CRITICAL)
+if LIBRDKAFKA.level == logging.NOTSET:  # (a level the operator's logging set up wins)
+    LIBRDKAFKA.setLevel(logging.CRITICAL)
 WARN_EVERY = 60.0  # seconds between warnings of the same reason
 RETRY_AFTER = 5.0  # seconds a broker that did not answer is taken to be down
 

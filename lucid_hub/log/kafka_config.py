@@ -54,12 +54,6 @@ def read_properties(path: str) -> dict[str, str]:
     return found
 
 
-def _readable(setting: str, path: str) -> str:
-    if not Path(path).is_file():
-        raise ConfigError(f"{setting}: no file {path}")
-    return path
-
-
 def client_config(settings: Settings) -> dict[str, Any]:
     """The librdkafka properties every client of the patch log (producer, consumers, admin)
     shares: the properties file, then the hub's settings over it."""
@@ -84,8 +78,8 @@ def client_config(settings: Settings) -> dict[str, Any]:
     props["security.protocol"] = protocol
     for setting, prop in (("kafka_ssl_ca_file", "ssl.ca.location"), ("kafka_ssl_cert_file", "ssl.certificate.location"),
                           ("kafka_ssl_key_file", "ssl.key.location")):
-        if getattr(s, setting):
-            props[prop] = _readable(f"LUCID_{setting.upper()}", getattr(s, setting))
+        if path := s.file(setting):
+            props[prop] = path
     if key_password := s.secret("kafka_ssl_key_password"):
         props["ssl.key.password"] = key_password
     if ("ssl.certificate.location" in props) != ("ssl.key.location" in props):

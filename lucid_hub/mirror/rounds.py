@@ -11,6 +11,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import requests
+
 from lucid_hub.config import Settings
 from lucid_hub.db.times import now
 from lucid_hub.errors import LucidError, NotFoundError
@@ -29,7 +31,8 @@ class Rounds:
     """Subscribe, renew, unsubscribe, catch up after start and send receipts, mirror by mirror."""
 
     def __init__(self, settings: Settings, rows: MirrorRows, mirrored: MirroredGraphs, subscriptions: Subscriptions,
-                 catchup: CatchUp, receipts: Receipts, stream: PatchStream, stopping: threading.Event) -> None:
+                 catchup: CatchUp, receipts: Receipts, stream: PatchStream, http: requests.Session,
+                 stopping: threading.Event) -> None:
         self.settings = settings
         self.rows = rows
         self.mirrored = mirrored
@@ -37,6 +40,7 @@ class Rounds:
         self.catchup = catchup
         self.receipts = receipts
         self.stream = stream
+        self.http = http
         self.stopping = stopping
         self.woken = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
@@ -158,7 +162,7 @@ class Rounds:
         if head is None or not self.receipts.due(mirror_id, head):
             return
         try:
-            publisher = publisher_client(row, self.catchup.http)
+            publisher = publisher_client(row, self.http)
         except LucidError as exc:
             log.warning("mirror of <%s>: no token for the receipt: %s", row.graph, exc)
             return

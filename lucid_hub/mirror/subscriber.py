@@ -59,12 +59,12 @@ class MirrorService:
         self.stream = stream
         self.metrics = metrics
         self._stop = threading.Event()
-        http = _http(AddressPolicy.of(settings))
+        http = self.http = _http(AddressPolicy.of(settings))
         self.rows = MirrorRows(db)
         receipts = Receipts(settings.public_url, settings.mirror_receipts)
         self.catchup = CatchUp(settings, self.rows, archive, publisher, canonicalizer, http, self._stop)
         self.subscriptions = Subscriptions(settings, self.rows, http, mirrored, receipts, self.catchup.forget)
-        self.rounds = Rounds(settings, self.rows, mirrored, self.subscriptions, self.catchup, receipts, stream,
+        self.rounds = Rounds(settings, self.rows, mirrored, self.subscriptions, self.catchup, receipts, stream, http,
                              self._stop)
 
     # --- lifecycle -------------------------------------------------------------------
@@ -157,7 +157,7 @@ class MirrorService:
         archive holds after our head, as (count on the first page, more pages after it).
         Raises what asking raises (the publisher down, access withdrawn)."""
         row = self.rows.get(mirror_id)
-        pages = publisher_client(row, self.catchup.http).archive_pages(
+        pages = publisher_client(row, self.http).archive_pages(
             row.graph, self.catchup.head(row.graph), self.catchup.budget())
         first = next(pages, {})
         patches = first.get("patches")
