@@ -93,6 +93,24 @@ class Settings:
     kafka_oauth_client_secret_file: str = ""
     kafka_oauth_scope: str = ""
     kafka_properties_file: str = ""
+    # A triple store the operator runs, that the hub keeps graphs in (docs/stores.md): its SPARQL
+    # query and update endpoints (and Graph Store endpoint), Basic or Digest credentials or a
+    # bearer token (variable or `_FILE`), a time-out and a CA file; which graphs (IRIs, or
+    # prefixes ending in `*`); blank nodes as blank nodes or as skolem IRIs under a base.
+    store_query_url: str = ""
+    store_update_url: str = ""
+    store_gsp_url: str = ""
+    store_user: str = ""
+    store_password: str = field(default="", repr=False)
+    store_password_file: str = ""
+    store_auth: str = "basic"
+    store_token: str = field(default="", repr=False)
+    store_token_file: str = ""
+    store_timeout: float = 30.0
+    store_ca_file: str = ""
+    store_graphs: str = "*"
+    store_blank_nodes: str = "blank"
+    store_skolem_base: str = "urn:lucid-hub:bnode:"
     # The base URL partners reach this hub at (links, WebSub topics, discovery headers).
     public_url: str = "http://127.0.0.1:8080"
     host: str = "127.0.0.1"

@@ -47,6 +47,8 @@ from lucid_hub.resources import notification_url
 from lucid_hub.rules.service import RuleParts, RuleService
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
+from lucid_hub.store.remote import RemoteConfig, RemoteStore
+from lucid_hub.store.remote_sync import RemoteSync
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
@@ -99,6 +101,9 @@ class Runtime:
     # it exits, and is started again as a follower; server.py).
     on_lost_leadership: Callable[[str], None] | None = None
     serving: bool = False  # start() ran: a candidate waits to take the roles over
+    # The operator's own triple store (LUCID_STORE_*), kept at the archive's head by the
+    # leader's role `remote-store`; None: the embedded store only.
+    remote: RemoteSync | None = None
 
     def _keep_lease(self) -> None:
         """The role `leadership`: renew the lease; where the hub serves, take it when it is free
@@ -142,6 +147,8 @@ class Runtime:
         self.queries.start(self.roles)
         self.windows.start(self.roles)
         self.rules.start(self.roles)
+        if self.remote is not None and self.roles.role("remote-store") is None:
+            self.roles.add("remote-store", self.remote.round, every=0.5, backoff_max=10.0)
         self.publisher.relay.start(self.roles, interval=self.relay_interval)
         self.roles.start()
 
@@ -205,6 +212,7 @@ class Runtime:
 
     @classmethod
     def _open(cls, settings: Settings, repair: bool, on_lost_leadership: Callable[[str], None] | None) -> Runtime:
+        remote = RemoteConfig.of(settings)  # (a ConfigError: nothing opened yet)
         db = Database(settings.db_url)
         db.upgrade()
         try:
@@ -289,6 +297,8 @@ class Runtime:
                       MirrorRegistry(db, AddressPolicy.of(settings)), AdminAccounts(db),
                       rules, leader=leader, candidate=slot == 0, leadership=leadership,
                       on_lost_leadership=on_lost_leadership)
+        if remote is not None:
+            runtime.remote = RemoteSync(RemoteStore(remote), archive, canonicalizer)
         if leadership is not None:
             runtime.roles.add("leadership", runtime._keep_lease, every=settings.leader_lease_seconds / 3)
             runtime.roles.start()
@@ -320,6 +330,8 @@ class Runtime:
         self.hub.notices.stop()
         self.publisher.relay.stop()
         self.sparql.close()
+        if self.remote is not None:
+            self.remote.store.close()
         self.log.close()
         self.canonicalizer.close()
         self.store.close()

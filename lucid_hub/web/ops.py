@@ -9,7 +9,7 @@ from pathlib import Path
 from flask import Blueprint, Flask, Response, g, jsonify, request
 
 from lucid_hub import memory
-from lucid_hub.errors import LogUnavailableError
+from lucid_hub.errors import LogUnavailableError, StoreError
 from lucid_hub.metrics import CONTENT_TYPE
 from lucid_hub.web.errors import text as plain
 from lucid_hub.web.http import runtime
@@ -49,9 +49,21 @@ def readyz() -> Response:
     if lag > hub.settings.ready_max_lag:
         return plain(503, f"catching up: this replica's store is {lag} patches behind the archive "
                           f"(ready at {hub.settings.ready_max_lag} or fewer)")
+    if hub.remote is not None:
+        try:
+            behind = hub.remote.lag()
+        except StoreError as exc:
+            return plain(503, f"store unreachable: {exc}")
+        if hub.remote.problem:
+            return plain(503, f"store not ready: {hub.remote.problem}")
+        if behind > hub.settings.ready_max_lag:
+            return plain(503, f"catching up: the store {hub.remote.store.name} is {behind} patches behind the "
+                              f"archive (ready at {hub.settings.ready_max_lag} or fewer)")
     # A partner's trouble is its mirror's, not the hub's: named, and still ready.
     stuck = "".join(f"; mirror of <{graph}> is not following: {reason}" for graph, reason in
                     sorted(hub.mirrors.stuck().items()))
+    if hub.remote is not None:
+        stuck += "".join(f"; {reason}" for _graph, reason in sorted(hub.remote.refused.items()))
     return plain(200, "ready" + stuck)
 
 

@@ -21,6 +21,7 @@ from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rules.service import RuleService
 from lucid_hub.signing import KeyRing
+from lucid_hub.store.remote_sync import RemoteSync
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
@@ -52,6 +53,7 @@ class HubParts(Protocol):
     streams: StreamIndex
     inbox: Inbox
     rules: RuleService
+    remote: RemoteSync | None
     leader: bool
 
     def database_answers(self) -> None:

@@ -1,0 +1,125 @@
+"""Keeping the operator's store at the archive's head: the leader's role `remote-store`.
+
+The archive is the record of truth (every owned patch and every verified mirror patch is in
+it before any store applies it). Each round reads the versions the store holds, and writes
+the patches after them in chain order, a batch of consecutive patches of one graph per update
+request with the version set in the same request. A store that is down or refuses means lag,
+named by /readyz; the next round goes on from the version the store says it holds, so a crash
+at any moment neither skips a patch nor writes one twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from lucid_hub.archive import Archive
+from lucid_hub.db.models import PatchRecord
+from lucid_hub.errors import ConfigError, NotFoundError, StoreError
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.patch import Patch
+from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.store.remote import RemoteStore
+
+log = logging.getLogger(__name__)
+
+# A request holds consecutive patches up to this many rows (catch-up of small patches: one
+# request for many), and at least one patch however large.
+BATCH_ROWS = 20_000
+BATCH_PATCHES = 500
+
+
+class RemoteSync:
+    """Writes the archive's patches of the graphs the operator's store keeps into it."""
+
+    def __init__(self, store: RemoteStore, archive: Archive, canonicalizer: Canonicalizer) -> None:
+        self.store = store
+        self.archive = archive
+        self.canonicalizer = canonicalizer
+        self.problem: str | None = None  # why the last round could not finish (None: it did)
+        self.refused: dict[str, str] = {}  # graphs the hub will not write there, and why
+        self.behind = 0  # patches the store still lacked at the end of the last round
+        self.written = 0  # patches written since the start
+        self._lock = threading.Lock()  # one round at a time
+        self._probed = False
+
+    def round(self) -> bool:
+        """One round: every kept graph up to the archive's head. True: more is waiting."""
+        with self._lock:
+            try:
+                if not self._probed:
+                    self.store.probe()
+                    self._probed = True
+                more = self._round()
+            except (StoreError, ConfigError) as exc:
+                self.problem = str(exc)
+                raise
+            self.problem = None
+            return more
+
+    def _round(self) -> bool:
+        held = self.store.versions()
+        heads = {graph: head for graph, head in self.archive.heads() if self.store.config.keeps(graph)}
+        behind = 0
+        more = False
+        for graph in sorted(held.keys() - heads.keys()):
+            if self.store.config.keeps(graph):  # forgotten here (a mirror removed): gone there too
+                log.info("store %s: dropping <%s>, which this hub no longer holds", self.store.name, graph)
+                self.store.drop(graph)
+        refused: dict[str, str] = {}
+        for graph, head in heads.items():
+            at = held.get(graph)
+            if at == head:
+                continue
+            if at is None and not self.store.is_empty(graph):
+                refused[graph] = (f"the store's graph <{graph}> holds triples lucid-hub did not write: empty it, "
+                                  "or keep the graph elsewhere (LUCID_STORE_GRAPHS)")
+                continue
+            try:
+                pending = self.archive.after(graph, at)
+            except StoreError:  # a version this archive does not know (a mirror cloned again): start over
+                log.warning("store %s holds <%s> at %s, off this hub's chain: writing it again from the start",
+                            self.store.name, graph, at)
+                self.store.drop(graph)
+                pending = self.archive.after(graph, None)
+            written = self._write(pending)
+            behind += len(pending) - written
+            more = more or written < len(pending)
+        self.refused = refused
+        self.behind = behind
+        return more
+
+    def _write(self, records: list[PatchRecord]) -> int:
+        """Write up to BATCH_PATCHES of the records' patches, in requests of BATCH_ROWS rows."""
+        batch: list[Patch] = []
+        rows = 0
+        written = 0
+        for record in records[:BATCH_PATCHES]:
+            patch = read_rdf_patch(record.body, self.canonicalizer)
+            size = len(patch.removed) + len(patch.added)
+            if batch and rows + size > BATCH_ROWS:
+                self.store.write(batch)
+                written += len(batch)
+                batch, rows = [], 0
+            batch.append(patch)
+            rows += size
+        if batch:
+            self.store.write(batch)
+            written += len(batch)
+        self.written += written
+        return written
+
+    def lag(self) -> int:
+        """Patches the store lacks now (reads the store's versions: readiness and metrics)."""
+        held = self.store.versions()
+        behind = 0
+        for graph, head in self.archive.heads():
+            if not self.store.config.keeps(graph) or held.get(graph) == head or graph in self.refused:
+                continue
+            at = held.get(graph)
+            try:
+                done = self.archive.position(at, graph) if at is not None else 0
+            except NotFoundError:  # off the chain: all of it is written again
+                done = 0
+            behind += self.archive.length(graph) - done
+        return behind
