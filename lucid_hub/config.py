@@ -111,6 +111,8 @@ class Settings:
     store_graphs: str = "*"
     store_blank_nodes: str = "blank"
     store_skolem_base: str = "urn:lucid-hub:bnode:"
+    # Seconds between captures of the store's graphs that applications also write (0: none).
+    store_capture_seconds: float = 0.0
     # The base URL partners reach this hub at (links, WebSub topics, discovery headers).
     public_url: str = "http://127.0.0.1:8080"
     host: str = "127.0.0.1"

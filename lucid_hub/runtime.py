@@ -39,6 +39,7 @@ from lucid_hub.outbound import AddressPolicy
 from lucid_hub.patch_stream import PatchStream
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
+from lucid_hub.publish.capture import Capture
 from lucid_hub.queries import QueryService
 from lucid_hub.queries.evaluator import QueryEngine
 from lucid_hub.queries.windows import WindowService
@@ -104,6 +105,9 @@ class Runtime:
     # The operator's own triple store (LUCID_STORE_*), kept at the archive's head by the
     # leader's role `remote-store`; None: the embedded store only.
     remote: RemoteSync | None = None
+    # Direct edits of the store's graphs published as patches (`lucid-hub capture`, POST
+    # /admin/store/capture, and every LUCID_STORE_CAPTURE_SECONDS in the leader).
+    capture: Capture | None = None
 
     def _keep_lease(self) -> None:
         """The role `leadership`: renew the lease; where the hub serves, take it when it is free
@@ -149,6 +153,8 @@ class Runtime:
         self.rules.start(self.roles)
         if self.remote is not None and self.roles.role("remote-store") is None:
             self.roles.add("remote-store", self.remote.round, every=0.5, backoff_max=10.0)
+            if self.settings.store_capture_seconds > 0 and self.capture is not None:
+                self.roles.add("store-capture", self.capture.all, every=self.settings.store_capture_seconds)
         self.publisher.relay.start(self.roles, interval=self.relay_interval)
         self.roles.start()
 
@@ -298,7 +304,8 @@ class Runtime:
                       rules, leader=leader, candidate=slot == 0, leadership=leadership,
                       on_lost_leadership=on_lost_leadership)
         if remote is not None:
-            runtime.remote = RemoteSync(RemoteStore(remote), archive, canonicalizer)
+            runtime.remote = RemoteSync(RemoteStore(remote), archive, canonicalizer, store, publisher.locks.lock)
+        runtime.capture = Capture(runtime.remote, publisher, canonicalizer)
         if leadership is not None:
             runtime.roles.add("leadership", runtime._keep_lease, every=settings.leader_lease_seconds / 3)
             runtime.roles.start()

@@ -1,4 +1,4 @@
-"""Commands that run or look into this hub: demo, serve, publish, subscribe, worker, log, db."""
+"""Commands that run or look into this hub: demo, serve, publish, capture, subscribe, worker, log, db."""
 
 from __future__ import annotations
 
@@ -123,6 +123,32 @@ def worker(state: Context, name: str | None) -> None:
 
     configure_logging(state.settings.log_format, state.settings.log_level.upper())
     run_worker(state.settings, name)
+
+
+@cli.command()
+@click.option("--graph", "graphs", type=IRI, multiple=True,
+              help="IRI of a graph the hub keeps in the operator's store (repeat; default: every owned one).")
+@click.option("--hub", "hub_url", type=URL, help="URL of a running hub (default: the hub of LUCID_DATA_DIR).")
+@click.option("--token", envvar="LUCID_HUB_TOKEN", help="An admin's access token for --hub (or LUCID_HUB_TOKEN).")
+@pass_ctx
+def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token: str | None) -> None:
+    """Publish what applications changed in the operator's store as patches (author `capture`)."""
+    remote = hub_for(state, hub_url, token)  # (beside a hub serving the data directory: through it)
+    if remote:
+        from lucid_hub.cli.base import call_hub
+
+        if not graphs:
+            raise InputError("--graph is required with a running hub: name the graphs to capture")
+        done = [call_hub(*remote, "POST", "/admin/store/capture", params={"graph": g}) for g in graphs]
+    else:
+        from lucid_hub.cli.base import open_runtime
+
+        with open_runtime(state) as runtime:
+            assert runtime.capture is not None
+            done = [vars(c) for c in ([runtime.capture.graph(g) for g in graphs] if graphs else runtime.capture.all())]
+    for item in done:
+        click.echo(f"<{item['graph']}>: " + (f"captured as {item['patch']} (-{item['removed']} +{item['added']})"
+                                             if item["patch"] else "the store holds what the hub published"))
 
 
 @cli.command("log")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyoxigraph as ox
 
-from lucid_hub.rdf.msg import GraphMsgs, chain_label
+from lucid_hub.rdf.msg import GraphMsgs, Msg, chain_label
 from lucid_hub.rdf.statements import document, terms
 from lucid_hub.store import lexical
 from lucid_hub.store.layout import (
@@ -92,6 +92,14 @@ class GraphReader:
                 instances.setdefault(match.group(1), []).append(
                     SKOLEM.sub(lambda m: f"_:c14n{m.group(2)}", statement))
         return GraphMsgs(ground, Counter(document(s) for s in instances.values()))
+
+    def blank_msgs(self, graph: str) -> list[tuple[Msg, int, str]]:
+        """Every blank-node MSG instance the graph holds: its MSG, occurrence and instance id."""
+        out = []
+        for instance, (digest, occurrence) in sorted(self._instances(graph).items()):
+            _statements, doc = self.instance(graph, instance)
+            out.append((Msg(digest, doc), occurrence, instance))
+        return out
 
     def instance(self, graph: str, instance: str) -> tuple[list[str], str]:
         """One stored MSG instance (the blank nodes `<…bnode:INSTANCE.N>`): its statements as

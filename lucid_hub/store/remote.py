@@ -32,6 +32,7 @@ from requests.auth import AuthBase, HTTPBasicAuth, HTTPDigestAuth
 
 from lucid_hub.config import Settings
 from lucid_hub.errors import ConfigError, StoreError
+from lucid_hub.rdf.msg import Msg
 from lucid_hub.rdf.patch import Patch, occurrences
 from lucid_hub.rdf.statements import relabel
 from lucid_hub.store.layout import MSG, OCCURRENCE, SYSTEM, VERSION, index_graph, instance_id
@@ -297,30 +298,48 @@ class UpdateRenderer:
             anchor = f'?n0 <{MSG.value}> "{msg.hash}" . ?n0 <{OCCURRENCE.value}> "{occurrence}"'
             yield (f"DELETE {{ GRAPH {g} {{ {pattern} }} GRAPH {idx} {{ {anchor} }} }} "
                    f"WHERE {{ GRAPH {idx} {{ {anchor} }} GRAPH {g} {{ {pattern} }} }}")
-        ground_came: list[str] = []
+        ground_came = [msg.nquads[:-3] for msg in patch.added if "_:" not in msg.nquads]
+        blank_rows = [(msg, occurrence, instance_id(patch.id, row), f"p{number}r{row}")
+                      for row, (msg, occurrence) in enumerate(zip(patch.added, added_occ, strict=True),
+                                                              start=len(patch.removed)) if "_:" in msg.nquads]
+        yield from self.additions(patch.graph, ground_came, blank_rows)
+
+    def additions(self, graph: str, ground: list[str], rows: list[tuple[Msg, int, str, str]]) -> Iterator[str]:
+        """The operations that add ground statements and blank-node MSG instances (each with
+        its occurrence, its instance id for a skolem IRI, and a label unique in the request)
+        with their anchors."""
+        g, idx = f"<{graph}>", f"<{index_graph(graph).value}>"
         blank_came: list[str] = []
         index_came: list[str] = []
-        for row, (msg, occurrence) in enumerate(zip(patch.added, added_occ, strict=True), start=len(patch.removed)):
-            if "_:" not in msg.nquads:
-                ground_came.append(msg.nquads[:-3])
-                continue
-            if self.skolem:
-                instance = instance_id(patch.id, row)
-                node = self._skolem(instance)
-            else:
-                node = _blank(f"p{number}r{row}")
+        for msg, occurrence, instance, label in rows:
+            node = self._skolem(instance) if self.skolem else _blank(label)
             blank_came.extend(relabel(s, node) for s in msg.statements)
             index_came.append(f'{node("_:c14n0")} <{MSG.value}> "{msg.hash}" . '
                               f'{node("_:c14n0")} <{OCCURRENCE.value}> "{occurrence}"')
         if self.skolem:
-            ground_came.extend(blank_came)
-        if ground_came or (self.skolem and index_came):
+            ground = ground + blank_came
+        if ground or (self.skolem and index_came):
             index_block = f" GRAPH {idx} {{ {' . '.join(index_came)} }}" if self.skolem and index_came else ""
-            yield f"INSERT DATA {{ GRAPH {g} {{ {' . '.join(ground_came)} }}{index_block} }}"
+            yield f"INSERT DATA {{ GRAPH {g} {{ {' . '.join(ground)} }}{index_block} }}"
         if blank_came and not self.skolem:
             # Blank nodes go in a template (INSERT DATA refuses them in some stores, Virtuoso's).
             yield (f"INSERT {{ GRAPH {g} {{ {' . '.join(blank_came)} }} GRAPH {idx} {{ {' . '.join(index_came)} }} }} "
                    "WHERE {}")
+
+    def rewrite(self, graph: str, ground: list[str], rows: list[tuple[Msg, int, str]], version: str) -> str:
+        """One request that makes the store's graph exactly `ground` and the blank-node MSG
+        instances of `rows` (MSG, occurrence, instance id) with their anchors, at `version`."""
+        g, idx = f"<{graph}>", f"<{index_graph(graph).value}>"
+        system, marker = f"<{SYSTEM.value}>", f"<{VERSION.value}>"
+        operations = [
+            f"DROP SILENT GRAPH {g}",
+            f"DROP SILENT GRAPH {idx}",
+            f"DELETE WHERE {{ GRAPH {system} {{ {g} {marker} ?v }} }}",
+            *self.additions(graph, ground, [(msg, occurrence, instance, f"c{n}")
+                                            for n, (msg, occurrence, instance) in enumerate(rows)]),
+            f"INSERT DATA {{ GRAPH {system} {{ {g} {marker} <{version}> }} }}",
+        ]
+        return " ;\n".join(operations)
 
     def _skolem(self, instance: str) -> Callable[[str], str]:
         base = self.skolem_base

@@ -10,8 +10,12 @@ at any moment neither skips a patch nor writes one twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 from lucid_hub.archive import Archive
 from lucid_hub.db.models import PatchRecord
@@ -19,6 +23,7 @@ from lucid_hub.errors import ConfigError, NotFoundError, StoreError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
+from lucid_hub.store.graphs import GraphStore
 from lucid_hub.store.remote import RemoteStore
 
 log = logging.getLogger(__name__)
@@ -32,10 +37,18 @@ BATCH_PATCHES = 500
 class RemoteSync:
     """Writes the archive's patches of the graphs the operator's store keeps into it."""
 
-    def __init__(self, store: RemoteStore, archive: Archive, canonicalizer: Canonicalizer) -> None:
+    def __init__(self, store: RemoteStore, archive: Archive, canonicalizer: Canonicalizer, graphs: GraphStore,
+                 hold: Callable[[str], AbstractContextManager[Any]]) -> None:
+        """`graphs` is this process's embedded store (a resync copies a graph from it), which
+        `hold(graph)` keeps still (the publisher's lock of the graph)."""
         self.store = store
         self.archive = archive
         self.canonicalizer = canonicalizer
+        self.graphs = graphs
+        self.hold = hold
+        # Graphs to write whole from the embedded store before any patch (a capture whose
+        # store could not take the rewrite): the store holds edits the chain does not say.
+        self.resyncs: set[str] = set()
         self.problem: str | None = None  # why the last round could not finish (None: it did)
         self.refused: dict[str, str] = {}  # graphs the hub will not write there, and why
         self.behind = 0  # patches the store still lacked at the end of the last round
@@ -57,7 +70,43 @@ class RemoteSync:
             self.problem = None
             return more
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No round runs meanwhile (a capture)."""
+        with self._lock:
+            yield
+
+    def catch_up(self, graph: str) -> None:
+        """Write what the store lacks of `graph` now (the caller holds `paused`); a StoreError
+        when the store does not end at the archive's head."""
+        if graph in self.resyncs:
+            self.resync(graph)
+        while True:
+            at = self.store.version(graph)
+            if at == self.archive.current_head(graph) or (at is None and not self.store.is_empty(graph)):
+                break
+            if not self._write(self.archive.after(graph, at)):
+                break
+        if self.store.version(graph) != self.archive.current_head(graph):
+            raise StoreError(f"the store at {self.store.name} does not hold <{graph}> at this hub's version "
+                             "(it is behind, or holds triples lucid-hub did not write): try again later")
+
+    def resync(self, graph: str) -> None:
+        """Write the graph whole, as the embedded store holds it, with its version, in one
+        request (what a capture leaves: the store's content in the hub's form)."""
+        with self.hold(graph):
+            version = self.graphs.version(graph)
+            if version is None:
+                self.store.drop(graph)
+            else:
+                ground = sorted(self.graphs.read.graph_msgs(graph).ground)
+                rows = self.graphs.read.blank_msgs(graph)
+                self.store.update(self.store.render.rewrite(graph, ground, rows, version))
+        self.resyncs.discard(graph)
+
     def _round(self) -> bool:
+        for graph in sorted(self.resyncs):
+            self.resync(graph)
         held = self.store.versions()
         heads = {graph: head for graph, head in self.archive.heads() if self.store.config.keeps(graph)}
         behind = 0

@@ -148,6 +148,27 @@ def history() -> Response:
 rules.register(api, "/rules")  # the same as /rules, for admins: every rule
 
 
+@api.get("/store")
+def store_state() -> Response:
+    """The operator's store the hub keeps graphs in: where, how far behind, what stops it."""
+    sync = runtime().remote
+    if sync is None:
+        return jsonify({"store": None})
+    return jsonify({"store": sync.store.name, "blank_nodes": sync.store.config.blank_nodes,
+                    "graphs": list(sync.store.config.graphs), "behind": sync.behind, "written": sync.written,
+                    "problem": sync.problem, "refused": sync.refused})
+
+
+@api.post("/store/capture")
+def capture() -> Response:
+    """Publish what applications changed in the store's copy of a graph (author `capture`)."""
+    hub = runtime()
+    if hub.capture is None:
+        raise NotFoundError("this hub keeps no graphs in a store of the operator's")
+    done = hub.capture.graph(graph_param())
+    return jsonify({"graph": done.graph, "patch": done.patch, "removed": done.removed, "added": done.added})
+
+
 @api.get("/clients")
 def list_clients() -> Response:
     return jsonify({"clients": [c.to_json() for c in runtime().clients.list()]})

@@ -16,6 +16,7 @@ from lucid_hub.mirror import MirrorRegistry, MirrorService
 from lucid_hub.patch_stream import PatchStream
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
+from lucid_hub.publish.capture import Capture
 from lucid_hub.queries import QueryService
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
@@ -54,6 +55,7 @@ class HubParts(Protocol):
     inbox: Inbox
     rules: RuleService
     remote: RemoteSync | None
+    capture: Capture | None
     leader: bool
 
     def database_answers(self) -> None:

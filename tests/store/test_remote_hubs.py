@@ -135,3 +135,97 @@ def test_a_store_that_cannot_keep_blank_nodes_is_named_with_the_setting_to_use(
         assert "LUCID_STORE_BLANK_NODES=skolem" in ready(hub).text
         assert store.version(G) is None and store.statements(G) == []  # nothing half-written
     store.close()
+
+
+def edit_directly(running: stores.RunningStore) -> None:
+    """What another application of the store does to the hub's graph: a ground triple and a
+    blank-node structure added, one of the hub's blank-node structures removed."""
+    update = (f'INSERT DATA {{ GRAPH <{G}> {{ <https://acme.example/kpi/otif> <https://acme.example/kpi/note> "direct" }} }} ;\n'
+              f'INSERT {{ GRAPH <{G}> {{ <https://acme.example/kpi/otif> <https://acme.example/kpi/by> _:who . '
+              f'_:who <https://acme.example/kpi/name> "editor" }} }} WHERE {{}} ;\n'
+              f'DELETE {{ GRAPH <{G}> {{ ?s <https://acme.example/kpi/measuredAt> ?m . ?m ?p ?o }} }} '
+              f'WHERE {{ GRAPH <{G}> {{ ?s <https://acme.example/kpi/measuredAt> ?m . ?m ?p ?o }} }}')
+    answer = requests.post(running.update_url, data={"update": update}, timeout=30)
+    assert answer.status_code < 300, answer.text
+
+
+@pytest.mark.parametrize("kind,blank_nodes", [("oxigraph", "blank"), ("virtuoso", "skolem")])
+def test_direct_edits_in_the_store_are_captured_as_a_signed_patch_and_reach_partners(
+        tmp_path: Path, request: pytest.FixtureRequest, kind: str, blank_nodes: str) -> None:
+    running: stores.RunningStore = request.getfixturevalue(kind)
+    running.clear()
+    env = running.env(LUCID_STORE_BLANK_NODES=blank_nodes)
+    store = store_of(env)
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", {**DEV, **env}) as hub, \
+            running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
+        first = publish(hub, version(1))
+        wait(lambda: store.version(G) == first)
+        add_mirror(hub, partner)
+        edit_directly(running)
+        edited = held(store)
+        captured = hub.http.post(f"{hub.url}/admin/store/capture", params={"graph": G}, timeout=60)
+        assert captured.status_code == 200, captured.text
+        body = captured.json()
+        assert body["patch"] and body["removed"] == 1 and body["added"] == 2, body
+        record = hub.runtime.archive.patch(body["patch"])
+        assert record.author == "capture" and record.prev == first
+        assert graph_of(hub) == edited  # the hub's graph is what the store held
+        assert store.version(G) == body["patch"] and held(store) == edited  # nothing doubled
+        # the partner's mirror gets the captured patch like any other
+        wait(lambda: whole_canonical(partner.runtime.store.statements(G)) == edited)
+        again = hub.http.post(f"{hub.url}/admin/store/capture", params={"graph": G}, timeout=60).json()
+        assert again["patch"] is None
+        # the hub's own next change removes the blank-node structures the capture rewrote
+        later = publish(hub, version(2))
+        wait(lambda: store.version(G) == later)
+        assert held(store) == graph_of(hub)
+    store.close()
+
+
+def test_capture_refuses_what_it_cannot_do_with_a_reason(tmp_path: Path, oxigraph: stores.RunningStore) -> None:
+    oxigraph.clear()
+    env = oxigraph.env(LUCID_STORE_GRAPHS="https://acme.example/graphs/*")
+    with running_hub(tmp_path / "plain", f"sqlite:///{tmp_path / 'plain.db'}", DEV) as plain:
+        answer = plain.http.post(f"{plain.url}/admin/store/capture", params={"graph": G}, timeout=30)
+        assert answer.status_code == 404 and "no graphs in a store" in answer.text
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", {**DEV, **env}) as hub:
+        for params, status, reason in (({}, 400, "graph=IRI is required"), ({"graph": "not an iri"}, 400, "IRI"),
+                                       ({"graph": "https://other.example/g"}, 400, "LUCID_STORE_GRAPHS")):
+            answer = hub.http.post(f"{hub.url}/admin/store/capture", params=params, timeout=30)
+            assert answer.status_code == status and reason in answer.text, answer.text
+        anonymous = requests.post(f"{hub.url}/admin/store/capture", params={"graph": G}, timeout=30)
+        assert anonymous.status_code == 401
+        reader = hub.session(hub.token("reader", (), ("graphs:read",)))
+        assert reader.post(f"{hub.url}/admin/store/capture", params={"graph": G}, timeout=30).status_code == 403
+        state = hub.http.get(f"{hub.url}/admin/store", timeout=30).json()
+        assert state["store"] == oxigraph.update_url and state["problem"] is None
+        assert "password" not in str(state).lower()
+
+
+def test_the_capture_command_and_the_schedule(tmp_path: Path, oxigraph: stores.RunningStore, run_cli) -> None:  # type: ignore[no-untyped-def]
+    oxigraph.clear()
+    env = oxigraph.env()
+    store = store_of(env)
+    data, db = tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}"
+    with running_hub(data, db, {**DEV, **env}) as hub:
+        first = publish(hub, version(1))
+        wait(lambda: store.version(G) == first)
+    edit_directly(oxigraph)
+    edited = held(store)
+    cli_env = {"LUCID_DATA_DIR": str(data), "LUCID_DATABASE_URL": db, **env}
+    done = run_cli("capture", "--graph", G, env=cli_env)
+    assert done.code == 0, done.err
+    assert "captured as urn:sha256:" in done.out and "(-1 +2)" in done.out
+    assert held(store) == edited and store.version(G) != first
+    unchanged = run_cli("capture", env=cli_env)  # every owned graph the store keeps
+    assert unchanged.code == 0 and "holds what the hub published" in unchanged.out
+    refused = run_cli("capture", "--graph", G, env={"LUCID_DATA_DIR": str(tmp_path / "none"),
+                                                    "LUCID_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}"})
+    assert refused.code != 0 and "no graphs in a store" in refused.err and len(
+        refused.err.strip().splitlines()) == 1
+    # on a schedule: the leader captures every LUCID_STORE_CAPTURE_SECONDS
+    with running_hub(data, db, {**DEV, **env, "LUCID_STORE_CAPTURE_SECONDS": "0.2"}) as hub:
+        requests.post(oxigraph.update_url, timeout=30, data={"update": f'INSERT DATA {{ GRAPH <{G}> {{ '
+                      f'<https://acme.example/kpi/x> <https://acme.example/kpi/y> "scheduled" }} }}'})
+        wait(lambda: hub.runtime.archive.history(G)[-1].author == "capture" and "scheduled" in graph_of(hub))
+    store.close()

@@ -1,0 +1,83 @@
+"""Capture: direct edits of a graph in the operator's store, published as a signed patch.
+
+Other applications may write the store the hub keeps a graph in. A capture reads the store's
+graph, diffs it against the version the hub last published (which the store held: the hub
+writes what it has first) and publishes the difference as a patch authored `capture`, so the
+edits reach partners like any other change. One request then writes the graph whole in the
+hub's form (blank nodes with anchors, or skolem IRIs) at the captured patch's version. Rounds
+of the store's writer wait meanwhile (one lock); an edit an application makes between the
+read and that request is overwritten (docs/stores.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from lucid_hub.archive import at_version
+from lucid_hub.errors import InputError, NotFoundError
+from lucid_hub.publish.publisher import Publisher
+from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.msg import graph_msgs
+from lucid_hub.rdf.statements import statement_quads
+from lucid_hub.store.layout import check_no_skolem
+from lucid_hub.store.remote_sync import RemoteSync
+
+log = logging.getLogger(__name__)
+
+AUTHOR = "capture"
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What one capture did: the patch it published (None: the store held what the hub did)."""
+
+    graph: str
+    patch: str | None
+    removed: int
+    added: int
+
+
+class Capture:
+    """Publishes what applications changed in the store's copy of the hub's graphs."""
+
+    def __init__(self, sync: RemoteSync | None, publisher: Publisher, canonicalizer: Canonicalizer) -> None:
+        self.sync = sync
+        self.publisher = publisher
+        self.canonicalizer = canonicalizer
+
+    def graph(self, graph: str) -> Captured:
+        """Capture one graph. NotFoundError without a store; InputError for a graph the store
+        does not keep or the hub mirrors; StoreError when the store cannot be brought to the
+        hub's version first (it is down, or refuses)."""
+        sync = self.sync
+        if sync is None:
+            raise NotFoundError("this hub keeps no graphs in a store of the operator's (LUCID_STORE_QUERY_URL, "
+                                "LUCID_STORE_UPDATE_URL): there is nothing to capture from")
+        if not sync.store.config.keeps(graph):
+            raise InputError(f"the store does not keep <{graph}> (LUCID_STORE_GRAPHS)")
+        if self.publisher.read_only(graph):
+            raise InputError(f"<{graph}> is a mirror: it changes only through its publisher, never by capture")
+        with sync.paused():
+            sync.catch_up(graph)
+            head = self.publisher.archive.current_head(graph)
+            statements = sync.store.statements(graph)
+            check_no_skolem(statements, f"the store's graph <{graph}>")
+            new = graph_msgs(statement_quads(statements), self.canonicalizer)
+            patch = self.publisher.replace(graph, new, author=AUTHOR, if_match=at_version(head),
+                                           message=f"captured from the store at {sync.store.name}")
+            if patch is None:
+                return Captured(graph, None, 0, 0)
+            sync.resyncs.add(graph)  # (if the store fails now, the writer's next round does it)
+            sync.resync(graph)
+            log.info("captured <%s> from the store: patch %s (-%d +%d)", graph, patch.id, len(patch.removed),
+                     len(patch.added))
+            return Captured(graph, patch.id, len(patch.removed), len(patch.added))
+
+    def all(self) -> list[Captured]:
+        """Capture every graph the store keeps that this hub owns (the schedule's round)."""
+        if self.sync is None:
+            raise NotFoundError("this hub keeps no graphs in a store of the operator's: there is nothing to capture")
+        owned = [graph for graph, _head in self.publisher.archive.heads()
+                 if self.sync.store.config.keeps(graph) and not self.publisher.read_only(graph)]
+        return [self.graph(graph) for graph in owned]
