@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -33,10 +33,12 @@ class RunningStore:
     command: list[str]
     cwd: Path
 
+    auth: dict[str, str] = field(default_factory=dict)  # settings of its authenticated endpoints
+
     def env(self, **extra: str) -> dict[str, str]:
-        """The hub settings that keep graphs in this store."""
+        """The hub settings that keep graphs in this store (with credentials where it takes them)."""
         return {"LUCID_STORE_QUERY_URL": self.query_url, "LUCID_STORE_UPDATE_URL": self.update_url,
-                "LUCID_STORE_GSP_URL": self.gsp_url, **extra}
+                "LUCID_STORE_GSP_URL": self.gsp_url, **self.auth, **extra}
 
     def stop(self) -> None:
         self.process.terminate()
@@ -138,6 +140,11 @@ def virtuoso(tmp: Path) -> Iterator[RunningStore]:
         granted = subprocess.run([isql, str(sql_port), "dba", "dba",
                                   "exec=grant SPARQL_UPDATE to \"SPARQL\";"], capture_output=True, timeout=60)
         assert granted.returncode == 0, granted.stdout + granted.stderr
+        # Updates as Virtuoso is deployed: /sparql-auth with Digest credentials (its `dba` here).
+        password = db / "password"
+        password.write_text("dba\n")
+        store.auth = {"LUCID_STORE_UPDATE_URL": f"{base}/sparql-auth", "LUCID_STORE_GSP_URL": f"{base}/sparql-graph-crud-auth",
+                      "LUCID_STORE_USER": "dba", "LUCID_STORE_PASSWORD_FILE": str(password), "LUCID_STORE_AUTH": "digest"}
         yield store
     finally:
         store.stop()

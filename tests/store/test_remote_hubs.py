@@ -229,3 +229,40 @@ def test_the_capture_command_and_the_schedule(tmp_path: Path, oxigraph: stores.R
                       f'<https://acme.example/kpi/x> <https://acme.example/kpi/y> "scheduled" }} }}'})
         wait(lambda: hub.runtime.archive.history(G)[-1].author == "capture" and "scheduled" in graph_of(hub))
     store.close()
+
+
+def test_credentials_the_store_refuses_are_named_and_never_shown(tmp_path: Path, virtuoso: stores.RunningStore) -> None:
+    virtuoso.clear()
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-password\n")
+    env = virtuoso.env(LUCID_STORE_BLANK_NODES="skolem", LUCID_STORE_PASSWORD_FILE=str(wrong))
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", {**DEV, **env}) as hub:
+        publish(hub, version(0))
+        wait(lambda: "401" in ready(hub).text, show=lambda: ready(hub).text)
+        answer = ready(hub)
+        assert answer.status_code == 503 and "not-the-password" not in answer.text
+        state = hub.http.get(f"{hub.url}/admin/store", timeout=30).json()
+        assert "401" in state["problem"] and "not-the-password" not in str(state)
+    anonymous = virtuoso.env(LUCID_STORE_BLANK_NODES="skolem", LUCID_STORE_USER="", LUCID_STORE_PASSWORD_FILE="",
+                             LUCID_STORE_AUTH="basic")
+    store = store_of(anonymous)
+    assert store.version(G) is None  # nothing was written with the wrong password
+    store.close()
+
+
+def test_a_purged_mirror_leaves_the_partners_store(tmp_path: Path, oxigraph: stores.RunningStore) -> None:
+    oxigraph.clear()
+    env = oxigraph.env()
+    store = store_of(env)
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher, \
+            running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}",
+                        {**DEV, **env, "LUCID_MIRROR_ON_REVOKE": "purge"}) as partner:
+        first = publish(publisher, version(0))
+        add_mirror(publisher, partner)
+        wait(lambda: store.version(G) == first)
+        assert publisher.http.delete(f"{publisher.url}/admin/conditions", params={"iri": "urn:c:globex-reads-kpi"},
+                                     timeout=30).status_code == 204
+        publish(publisher, version(1))  # its delivery finds the access withdrawn
+        wait(lambda: mirror(partner)["state"] == "revoked")
+        wait(lambda: store.version(G) is None and store.statements(G) == [])
+    store.close()
