@@ -612,3 +612,41 @@ def test_the_hubs_disruption_budget_is_named_like_its_autoscaling() -> None:
     objects = render({**replicated, "hub": {**replicated["hub"], "podDisruptionBudget": {"enabled": True}}})
     (budget,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
     assert budget["metadata"]["name"] == "acme-lucid-hub-hub" and budget["spec"]["maxUnavailable"] == 1
+
+
+def test_the_operators_triple_store_is_configured_with_credentials_from_its_secret(tmp_path: Path) -> None:
+    values = {**PROFILES["minimal"], "store": {
+        "queryUrl": "http://virtuoso:8890/sparql", "updateUrl": "http://virtuoso:8890/sparql-auth",
+        "blankNodes": "skolem", "captureSeconds": 300,
+        "auth": {"scheme": "digest", "user": "lucid", "existingSecret": "virtuoso"},
+        "ca": {"existingSecret": "internal-ca"}}}
+    objects = render(values)
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "acme-lucid-hub"]
+    assert not [k for k in config["data"] if k.startswith("LUCID_STORE")]
+    container = _hub_container(objects)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["LUCID_STORE_UPDATE_URL"]["value"] == "http://virtuoso:8890/sparql-auth"
+    assert env["LUCID_STORE_AUTH"]["value"] == "digest" and env["LUCID_STORE_BLANK_NODES"]["value"] == "skolem"
+    assert env["LUCID_STORE_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "virtuoso", "key": "password"}}
+    assert env["LUCID_STORE_CA_FILE"]["value"] == "/etc/lucid-hub/store/ca.crt"
+    assert {"name": "store-ca", "mountPath": "/etc/lucid-hub/store", "readOnly": True} in container["volumeMounts"]
+    # the settings the chart writes are the hub's: they configure a store it accepts
+    from lucid_hub.config import Settings
+    from lucid_hub.store.remote import RemoteConfig
+
+    (tmp_path / "ca.crt").write_text("")  # the Secret's file, where this machine has it
+    given = {k: str(e["value"]) for k, e in env.items() if k.startswith("LUCID_STORE") and "value" in e}
+    given["LUCID_STORE_CA_FILE"] = str(tmp_path / "ca.crt")
+    config_of = RemoteConfig.of(Settings.from_env({**given, "LUCID_STORE_PASSWORD": "from-the-secret"}))
+    assert config_of is not None and config_of.auth == "digest" and config_of.password == "from-the-secret"
+    assert "LUCID_STORE_QUERY_URL" not in {e["name"] for e in _hub_container(render(PROFILES["minimal"]))["env"]}
+    with pytest.raises(helm.HelmError, match=r"blankNodes|enum"):
+        render({**PROFILES["minimal"], "store": {"queryUrl": "http://s/q", "updateUrl": "http://s/u",
+                                                  "blankNodes": "pattern"}})
+    with pytest.raises(helm.HelmError, match=r"store\.updateUrl is required"):
+        render({**PROFILES["minimal"], "store": {"queryUrl": "http://s/q"}})
+    with pytest.raises(helm.HelmError, match=r"store\.auth\.existingSecret is required"):
+        render({**PROFILES["minimal"], "store": {"queryUrl": "http://s/q", "updateUrl": "http://s/u",
+                                                  "auth": {"user": "lucid"}}})
+    with pytest.raises(helm.HelmError, match=r"quryUrl|additional"):
+        render({**PROFILES["minimal"], "store": {"quryUrl": "http://s/q"}})

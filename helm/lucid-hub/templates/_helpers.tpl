@@ -235,3 +235,49 @@ spark.local.dir=/tmp{{ with .Values.spark.conf }},{{ . }}{{ end }}
 {{- define "lucid-hub.replicated" -}}
 {{- if or (gt (int .Values.hub.replicas) 1) .Values.hub.autoscaling.enabled }}true{{ end -}}
 {{- end -}}
+
+{{/* The operator's own triple store (docs/stores.md), for the hub's pods: endpoints and modes
+as settings, credentials from the operator's Secret (never in the ConfigMap), its CA mounted. */}}
+{{- define "lucid-hub.storeEnv" -}}
+{{- $s := .Values.store -}}
+{{- if or $s.queryUrl $s.updateUrl }}
+- {name: LUCID_STORE_QUERY_URL, value: {{ required "store.queryUrl is required with store.updateUrl" $s.queryUrl | quote }}}
+- {name: LUCID_STORE_UPDATE_URL, value: {{ required "store.updateUrl is required with store.queryUrl" $s.updateUrl | quote }}}
+{{- with $s.gspUrl }}
+- {name: LUCID_STORE_GSP_URL, value: {{ . | quote }}}
+{{- end }}
+- {name: LUCID_STORE_GRAPHS, value: {{ $s.graphs | quote }}}
+- {name: LUCID_STORE_BLANK_NODES, value: {{ $s.blankNodes | quote }}}
+{{- with $s.skolemBase }}
+- {name: LUCID_STORE_SKOLEM_BASE, value: {{ . | quote }}}
+{{- end }}
+- {name: LUCID_STORE_TIMEOUT, value: {{ $s.timeout | quote }}}
+- {name: LUCID_STORE_CAPTURE_SECONDS, value: {{ $s.captureSeconds | quote }}}
+- {name: LUCID_STORE_AUTH, value: {{ $s.auth.scheme | quote }}}
+{{- with $s.auth.user }}
+- {name: LUCID_STORE_USER, value: {{ . | quote }}}
+- name: LUCID_STORE_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ required "store.auth.existingSecret is required with store.auth.user" $s.auth.existingSecret }}, key: {{ $s.auth.passwordKey }}}}
+{{- end }}
+{{- if $s.auth.tokenKey }}
+- name: LUCID_STORE_TOKEN
+  valueFrom: {secretKeyRef: {name: {{ required "store.auth.existingSecret is required with store.auth.tokenKey" $s.auth.existingSecret }}, key: {{ $s.auth.tokenKey }}}}
+{{- end }}
+{{- if $s.ca.existingSecret }}
+- {name: LUCID_STORE_CA_FILE, value: {{ printf "/etc/lucid-hub/store/%s" $s.ca.key | quote }}}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "lucid-hub.storeVolumeMounts" -}}
+{{- if and (or .Values.store.queryUrl .Values.store.updateUrl) .Values.store.ca.existingSecret }}
+- {name: store-ca, mountPath: /etc/lucid-hub/store, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "lucid-hub.storeVolumes" -}}
+{{- if and (or .Values.store.queryUrl .Values.store.updateUrl) .Values.store.ca.existingSecret }}
+- name: store-ca
+  secret: {secretName: {{ .Values.store.ca.existingSecret }}, defaultMode: 0400}
+{{- end }}
+{{- end -}}

@@ -37,6 +37,7 @@ template:
         env:
           {{- include "lucid-hub.env" . | nindent 10 }}
           {{- include "lucid-hub.kafkaEnv" . | nindent 10 }}
+          {{- include "lucid-hub.storeEnv" . | nindent 10 }}
           {{- include "lucid-hub.extraEnv" . | nindent 10 }}
         livenessProbe:
           httpGet: {path: /healthz, port: http}
@@ -65,6 +66,7 @@ template:
           - {name: session-secret, mountPath: /data/keys/session-secret, subPath: session-secret, readOnly: true}
           {{- end }}
           {{- include "lucid-hub.kafkaVolumeMounts" . | nindent 10 }}
+          {{- include "lucid-hub.storeVolumeMounts" . | nindent 10 }}
           {{- include "lucid-hub.databaseVolumeMounts" . | nindent 10 }}
           {{- with .Values.extraVolumeMounts }}
           {{- toYaml . | nindent 10 }}
@@ -95,6 +97,7 @@ template:
           defaultMode: 0400
       {{- end }}
       {{- include "lucid-hub.kafkaVolumes" . | nindent 6 }}
+      {{- include "lucid-hub.storeVolumes" . | nindent 6 }}
       {{- include "lucid-hub.databaseVolumes" . | nindent 6 }}
       {{- with .Values.extraVolumes }}
       {{- toYaml . | nindent 6 }}
