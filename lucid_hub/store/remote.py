@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 BLANK_NODE_MODES = ("blank", "skolem")
 AUTH_SCHEMES = ("basic", "digest")
 JSON_RESULTS = "application/sparql-results+json"
+BULK_ROWS = 20_000
+# An added blank-node MSG as written: the MSG, its occurrence, its instance id (for a skolem
+# IRI) and a label unique in its request (for a blank node).
+Row = tuple[Msg, int, str, str]
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,8 @@ class RemoteStore:
             auth = (HTTPDigestAuth if config.auth == "digest" else HTTPBasicAuth)(config.user, config.password)
         self.session.auth = auth
         self.render = UpdateRenderer(config.blank_nodes, config.skolem_base)
+        # Add-only patches of this many rows or more go through the Graph Store (`_bulk`).
+        self.bulk_rows = BULK_ROWS
 
     @property
     def name(self) -> str:
@@ -208,8 +214,40 @@ class RemoteStore:
 
     def write(self, patches: list[Patch]) -> None:
         """Write consecutive patches of one graph in one update request (atomic where the store
-        makes a request atomic), the graph's version set to the last one's id in it."""
+        makes a request atomic), the graph's version set to the last one's id in it; a large
+        add-only patch through the Graph Store (`_bulk`)."""
+        if len(patches) == 1 and self._bulk(patches[0]):
+            return
         self.update(self.render.update(patches, self.held))
+
+    def _bulk(self, patch: Patch) -> bool:
+        """A large add-only patch as N-Triples POSTed to the Graph Store (a store parses them
+        several times faster than an update's text), then its anchors, then its version. Not
+        one request: it is taken only where writing it again changes nothing (no blank nodes,
+        or skolem IRIs, which derive from the patch), so a crash between the requests is
+        repaired by the next round writing it again from the version the store holds."""
+        blank = any("_:" in msg.nquads for msg in patch.added)
+        if (not self.config.gsp_url or patch.removed or len(patch.added) < self.bulk_rows
+                or (blank and not self.render.skolem)):
+            return False
+        _removed, added_occ = _Occurrences(patch.graph, self.held).assign(patch)
+        data, index = self.render.skolem_lines(*self.render.added(patch, 0, added_occ))
+        self._post_graph(patch.graph, data)
+        if index:
+            self._post_graph(index_graph(patch.graph).value, index)
+        self.update(self.render.marker(patch.graph, patch.prev, patch.id))
+        return True
+
+    def _post_graph(self, graph: str, statements: list[str]) -> None:
+        body = "".join(f"{s} .\n" for s in statements).encode()
+        try:
+            response = self.session.post(self.config.gsp_url, params={"graph": graph}, data=body,
+                                         headers={"Content-Type": "application/n-triples"}, timeout=self.config.timeout)
+        except requests.RequestException as exc:
+            raise StoreError(f"the store at {self.config.gsp_url} does not answer: {type(exc).__name__}") from None
+        if response.status_code >= 300:
+            detail = " ".join(response.text.split())[:300]
+            raise StoreError(f"the store at {self.config.gsp_url} answered {response.status_code}: {detail}")
 
     def drop(self, graph: str) -> None:
         """Remove the graph, its index and its version, in one request."""
@@ -278,11 +316,7 @@ class UpdateRenderer:
         operations: list[str] = []
         for number, patch in enumerate(patches):
             operations.extend(self._operations(patch, number, state))
-        first, last = patches[0], patches[-1]
-        system, version = f"<{SYSTEM.value}>", f"<{VERSION.value}>"
-        if first.prev is not None:
-            operations.append(f"DELETE DATA {{ GRAPH {system} {{ <{graph}> {version} <{first.prev}> }} }}")
-        operations.append(f"INSERT DATA {{ GRAPH {system} {{ <{graph}> {version} <{last.id}> }} }}")
+        operations.append(self.marker(graph, patches[0].prev, patches[-1].id))
         return " ;\n".join(operations)
 
     def _operations(self, patch: Patch, number: int, state: _Occurrences) -> Iterator[str]:
@@ -298,33 +332,58 @@ class UpdateRenderer:
             anchor = f'?n0 <{MSG.value}> "{msg.hash}" . ?n0 <{OCCURRENCE.value}> "{occurrence}"'
             yield (f"DELETE {{ GRAPH {g} {{ {pattern} }} GRAPH {idx} {{ {anchor} }} }} "
                    f"WHERE {{ GRAPH {idx} {{ {anchor} }} GRAPH {g} {{ {pattern} }} }}")
-        ground_came = [msg.nquads[:-3] for msg in patch.added if "_:" not in msg.nquads]
-        blank_rows = [(msg, occurrence, instance_id(patch.id, row), f"p{number}r{row}")
-                      for row, (msg, occurrence) in enumerate(zip(patch.added, added_occ, strict=True),
-                                                              start=len(patch.removed)) if "_:" in msg.nquads]
-        yield from self.additions(patch.graph, ground_came, blank_rows)
+        yield from self.additions(patch.graph, *self.added(patch, number, added_occ))
 
-    def additions(self, graph: str, ground: list[str], rows: list[tuple[Msg, int, str, str]]) -> Iterator[str]:
+    def additions(self, graph: str, ground: list[str], rows: list[Row]) -> Iterator[str]:
         """The operations that add ground statements and blank-node MSG instances (each with
         its occurrence, its instance id for a skolem IRI, and a label unique in the request)
         with their anchors."""
         g, idx = f"<{graph}>", f"<{index_graph(graph).value}>"
-        blank_came: list[str] = []
-        index_came: list[str] = []
-        for msg, occurrence, instance, label in rows:
-            node = self._skolem(instance) if self.skolem else _blank(label)
-            blank_came.extend(relabel(s, node) for s in msg.statements)
-            index_came.append(f'{node("_:c14n0")} <{MSG.value}> "{msg.hash}" . '
-                              f'{node("_:c14n0")} <{OCCURRENCE.value}> "{occurrence}"')
         if self.skolem:
-            ground = ground + blank_came
-        if ground or (self.skolem and index_came):
-            index_block = f" GRAPH {idx} {{ {' . '.join(index_came)} }}" if self.skolem and index_came else ""
-            yield f"INSERT DATA {{ GRAPH {g} {{ {' . '.join(ground)} }}{index_block} }}"
-        if blank_came and not self.skolem:
+            data, index = self.skolem_lines(ground, rows)
+            if data:
+                index_block = f" GRAPH {idx} {{ {' . '.join(index)} }}" if index else ""
+                yield f"INSERT DATA {{ GRAPH {g} {{ {' . '.join(data)} }}{index_block} }}"
+            return
+        if ground:
+            yield f"INSERT DATA {{ GRAPH {g} {{ {' . '.join(ground)} }} }}"
+        if rows:
+            blank_came: list[str] = []
+            index_came: list[str] = []
+            for msg, occurrence, _instance, label in rows:
+                node = _blank(label)
+                blank_came.extend(relabel(s, node) for s in msg.statements)
+                index_came.extend(_anchor(node("_:c14n0"), msg.hash, occurrence))
             # Blank nodes go in a template (INSERT DATA refuses them in some stores, Virtuoso's).
             yield (f"INSERT {{ GRAPH {g} {{ {' . '.join(blank_came)} }} GRAPH {idx} {{ {' . '.join(index_came)} }} }} "
                    "WHERE {}")
+
+    def skolem_lines(self, ground: list[str], rows: list[Row]) -> tuple[list[str], list[str]]:
+        """Statements of added rows with blank nodes as skolem IRIs, and their anchors."""
+        data = list(ground)
+        index: list[str] = []
+        for msg, occurrence, instance, _label in rows:
+            node = self._skolem(instance)
+            data.extend(relabel(s, node) for s in msg.statements)
+            index.extend(_anchor(node("_:c14n0"), msg.hash, occurrence))
+        return data, index
+
+    def added(self, patch: Patch, number: int, added_occ: list[int]) -> tuple[list[str], list[Row]]:
+        """A patch's added ground statements, and its added blank-node rows as `additions`
+        takes them (the patch's `number` in its request makes the labels unique)."""
+        ground = [msg.nquads[:-3] for msg in patch.added if "_:" not in msg.nquads]
+        rows = [(msg, occurrence, instance_id(patch.id, row), f"p{number}r{row}")
+                for row, (msg, occurrence) in enumerate(zip(patch.added, added_occ, strict=True),
+                                                        start=len(patch.removed)) if "_:" in msg.nquads]
+        return ground, rows
+
+    def marker(self, graph: str, prev: str | None, version: str) -> str:
+        """The operations that move the graph's version from `prev` to `version`."""
+        system, marker = f"<{SYSTEM.value}>", f"<{VERSION.value}>"
+        moved = f"INSERT DATA {{ GRAPH {system} {{ <{graph}> {marker} <{version}> }} }}"
+        if prev is None:
+            return moved
+        return f"DELETE DATA {{ GRAPH {system} {{ <{graph}> {marker} <{prev}> }} }} ;\n{moved}"
 
     def rewrite(self, graph: str, ground: list[str], rows: list[tuple[Msg, int, str]], version: str) -> str:
         """One request that makes the store's graph exactly `ground` and the blank-node MSG
@@ -337,13 +396,17 @@ class UpdateRenderer:
             f"DELETE WHERE {{ GRAPH {system} {{ {g} {marker} ?v }} }}",
             *self.additions(graph, ground, [(msg, occurrence, instance, f"c{n}")
                                             for n, (msg, occurrence, instance) in enumerate(rows)]),
-            f"INSERT DATA {{ GRAPH {system} {{ {g} {marker} <{version}> }} }}",
+            self.marker(graph, None, version),
         ]
         return " ;\n".join(operations)
 
     def _skolem(self, instance: str) -> Callable[[str], str]:
         base = self.skolem_base
         return lambda label: f"<{base}{instance}.{label[len('_:c14n'):]}>"
+
+
+def _anchor(node: str, digest: str, occurrence: int) -> list[str]:
+    return [f'{node} <{MSG.value}> "{digest}"', f'{node} <{OCCURRENCE.value}> "{occurrence}"']
 
 
 def _variable(label: str) -> str:

@@ -215,3 +215,25 @@ def test_the_store_settings_are_checked_with_a_reason(tmp_path: Path) -> None:
         Settings.from_env({"LUCID_STORE_PASSWORD": "s3cret"}))
     assert config.keeps(G) and config.keeps("urn:x:one") and not config.keeps("urn:x:two")
     assert not config.keeps("urn:lucid-hub:policies")
+
+
+@pytest.mark.parametrize("kind,blank_nodes,text", [
+    ("oxigraph", "skolem", VERSIONS[0]), ("virtuoso", "skolem", VERSIONS[0]),
+    ("oxigraph", "blank", "<http://example.org/a> <http://example.org/p> \"ground only\" ."),
+])
+def test_a_large_add_only_patch_goes_through_the_graph_store_and_writing_it_again_changes_nothing(
+        request: pytest.FixtureRequest, canonicalizer: Canonicalizer, kind: str, blank_nodes: str, text: str) -> None:
+    target = Remote(request.getfixturevalue(kind), blank_nodes)
+    target.store.bulk_rows = 1  # (20,000 rows by default)
+    (patch, expected), (follow, after) = chain(canonicalizer, [text, VERSIONS[1]], True)
+    posted: list[str] = []
+    post = target.store._post_graph
+    target.store._post_graph = lambda graph, lines: (posted.append(graph), post(graph, lines))[1]  # type: ignore[method-assign]
+    target.apply([patch])
+    assert posted and posted[0] == G  # the Graph Store took the triples
+    assert target.version(G) == patch.id and whole_canonical(target.statements(G)) == expected
+    target.apply([patch])  # a crash before its version was set: the next round writes it again
+    assert whole_canonical(target.statements(G)) == expected
+    target.store.bulk_rows = 10**9
+    target.apply([follow])  # and the next patch removes what it added, anchors and all
+    assert whole_canonical(target.statements(G)) == after
