@@ -25,7 +25,7 @@ from lucid_hub import nesting
 from lucid_hub.errors import ConfigError, InputError, PatchSignatureError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
-from lucid_hub.rdf.rdfpatch import read_rdf_patch, split_wire
+from lucid_hub.rdf.rdfpatch import read_canonical, read_rdf_patch, split_wire
 
 # What this hub signs with: RFC 9864's fully-specified identifier. Verification also accepts
 # the older "EdDSA" (deprecated by RFC 9864, the same algorithm with these keys), which other
@@ -177,6 +177,9 @@ def verify_patch_bytes(raw: bytes, trusted: TrustedKeys, canonicalizer: Canonica
     parts = split_wire(raw)
     parts.check_integrity()
     trusted.verify(parts.claimed_id, parts.signature)
+    patch = read_canonical(parts, canonicalizer)  # a format 2 patch in canonical form: one pass
+    if patch is not None:
+        return patch
     patch = read_rdf_patch(raw, canonicalizer)
     if patch.canonical_bytes != parts.preimage:
         raise PatchSignatureError("patch is signed but not in canonical form")

@@ -38,6 +38,18 @@ def bench_canon(triples: int, blank_triples: int, baseline_triples: int, blank_b
         blank_baseline_triples=blank_baseline_triples, change=change, seed=seed)
 
 
+@bench.command("apply")
+@click.option("--triples", default=100_000, show_default=True, help="Size of the large add-only patch.")
+@click.option("--patches", default=2_000, show_default=True, help="Small patches of the catch-up run.")
+@click.option("--seed", default=1, show_default=True)
+def bench_apply(triples: int, patches: int, seed: int) -> None:
+    """Verify and apply of a large patch (embedded, and into Oxigraph server) against the stores'
+    own bulk paths; catch-up of small patches into Oxigraph server."""
+    from lucid_bench.apply import run
+
+    run(triples=triples, patches=patches, seed=seed)
+
+
 @bench.command("publish")
 @click.option("--updates", default=1000, show_default=True, help="Small updates per log backend.")
 @click.option("--clients", default=4, show_default=True, help="Concurrent clients for the throughput run.")
