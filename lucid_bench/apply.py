@@ -98,21 +98,26 @@ def run(*, triples: int, patches: int, seed: int) -> None:
         echo(f"== a {triples:,}-triple add-only patch ({len(raw) / 2**20:.1f} MiB on the wire, "
              f"{len(patch.added):,} MSGs)")
 
-        start = time.perf_counter()
-        verified = verify_patch_bytes(raw, trusted, canonicalizer)
-        verify = time.perf_counter() - start
-        store = GraphStore(tmp / "embedded")
-        start = time.perf_counter()
-        store.apply(verified)
-        apply = time.perf_counter() - start
-        store.close()
-        baseline = ox.Store(str(tmp / "baseline"))
-        start = time.perf_counter()
-        baseline.bulk_load(nt, format=ox.RdfFormat.N_TRIPLES, to_graph=ox.NamedNode(GRAPH))
-        baseline.flush()
-        bulk = time.perf_counter() - start
-        del baseline
-        echo(f"  embedded: verify {verify:.2f} s + apply {apply:.2f} s = {verify + apply:.2f} s; "
+        runs = []
+        for run_number in range(3):  # best of three of each, alternating (this machine's noise is ~30%)
+            start = time.perf_counter()
+            verified = verify_patch_bytes(raw, trusted, canonicalizer)
+            verify = time.perf_counter() - start
+            store = GraphStore(tmp / f"embedded-{run_number}")
+            start = time.perf_counter()
+            store.apply(verified)
+            apply = time.perf_counter() - start
+            store.close()
+            baseline = ox.Store(str(tmp / f"baseline-{run_number}"))
+            start = time.perf_counter()
+            baseline.bulk_load(nt, format=ox.RdfFormat.N_TRIPLES, to_graph=ox.NamedNode(GRAPH))
+            baseline.flush()
+            bulk = time.perf_counter() - start
+            del baseline
+            runs.append((verify + apply, verify, apply, bulk))
+        _total, verify, apply = min(runs)[:3]
+        bulk = min(r[3] for r in runs)
+        echo(f"  embedded (best of 3): verify {verify:.2f} s + apply {apply:.2f} s = {verify + apply:.2f} s; "
              f"pyoxigraph bulk load {bulk:.2f} s; ratio {bulk / (verify + apply):.2f}x (goal >= 0.5x)")
 
         with _oxigraph_server(tmp) as base:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -119,7 +120,7 @@ def _assign(removed: list[Msg], added: list[Msg], held: Callable[[str], Iterable
 
 def _sorted_by_hash(msgs: tuple[Msg, ...]) -> bool:
     hashes = [m.hash for m in msgs]
-    return hashes == sorted(hashes)
+    return all(a <= b for a, b in itertools.pairwise(hashes))
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class Patch:
                 if len(occs) != len(msgs):
                     raise PatchFormatError("a format 2 patch names an occurrence for every MSG")
                 keys = [(m.hash, o) for m, o in zip(msgs, occs, strict=True)]
-                if keys != sorted(keys) or len(set(keys)) != len(keys):
+                if not all(a < b for a, b in itertools.pairwise(keys)):  # (strictly ascending: sorted, distinct)
                     raise PatchFormatError("a format 2 patch's MSGs are sorted by hash, then by distinct occurrence")
 
     @classmethod

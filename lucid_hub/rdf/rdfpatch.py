@@ -336,7 +336,8 @@ def _read_canonical(parts: WireParts, canonicalizer: Canonicalizer) -> Patch | N
         return None
     removed = _canonical_section(statements[:removed_count], triples[:removed_count], canonicalizer, "D rows")
     added = _canonical_section(statements[removed_count:], triples[removed_count:], canonicalizer, "A rows")
-    if removed is None or added is None or _shares_blank_nodes(triples[:removed_count], triples[removed_count:]):
+    if removed is None or added is None or _shares_blank_nodes(statements[:removed_count], triples[:removed_count],
+                                                               statements[removed_count:], triples[removed_count:]):
         return None
     patch = Patch(graph=graph, prev=prev, author=author, message=message, created=when,
                   removed=tuple(m for m, _ in removed), added=tuple(m for m, _ in added),
@@ -352,7 +353,9 @@ def _canonical_section(statements: list[str], triples: list[ox.Triple], canonica
                        source: str) -> list[tuple[Msg, int]] | None:
     """The MSGs and occurrences of one part's rows, if the rows are exactly their canonical
     lines in canonical order (strictly ascending hash and occurrence); else None."""
-    blank = [i for i, t in enumerate(triples) if type(t.subject) is ox.BlankNode or type(t.object) is ox.BlankNode]
+    # (The text hints first: a term object is made only where a "_:" may be a blank node.)
+    blank = [i for i, s in enumerate(statements) if "_:" in s and (
+        type(triples[i].subject) is ox.BlankNode or type(triples[i].object) is ox.BlankNode)]
     instances: dict[tuple[str, int], tuple[Msg, int]] = {}
     if blank:
         quads = [ox.Quad(triples[i].subject, triples[i].predicate, triples[i].object) for i in blank]
@@ -390,7 +393,9 @@ def _canonical_section(statements: list[str], triples: list[ox.Triple], canonica
     return out if not instances else None
 
 
-def _shares_blank_nodes(removed: list[ox.Triple], added: list[ox.Triple]) -> bool:
-    def labels(triples: list[ox.Triple]) -> set[str]:
-        return {t.value for tr in triples for t in (tr.subject, tr.object) if type(t) is ox.BlankNode}
-    return bool(labels(removed) & labels(added))
+def _shares_blank_nodes(removed_statements: list[str], removed: list[ox.Triple], added_statements: list[str],
+                        added: list[ox.Triple]) -> bool:
+    def labels(statements: list[str], triples: list[ox.Triple]) -> set[str]:
+        return {t.value for s, tr in zip(statements, triples, strict=True) if "_:" in s
+                for t in (tr.subject, tr.object) if type(t) is ox.BlankNode}
+    return bool(labels(removed_statements, removed) & labels(added_statements, added))
