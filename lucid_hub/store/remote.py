@@ -221,24 +221,31 @@ class RemoteStore:
         self.update(self.render.update(patches, self.held))
 
     def _bulk(self, patch: Patch) -> bool:
-        """A large add-only patch as N-Triples POSTed to the Graph Store (a store parses them
-        several times faster than an update's text), then its anchors, then its version. Not
-        one request: it is taken only where writing it again changes nothing (no blank nodes,
-        or skolem IRIs, which derive from the patch), so a crash between the requests is
-        repaired by the next round writing it again from the version the store holds."""
-        blank = any("_:" in msg.nquads for msg in patch.added)
-        if (not self.config.gsp_url or patch.removed or len(patch.added) < self.bulk_rows
-                or (blank and not self.render.skolem)):
+        """A large add-only patch: what can be written twice without harm (its ground triples,
+        and in `skolem` mode its blank-node MSGs as skolem IRIs, which derive from the patch)
+        as N-Triples POSTed to the Graph Store (a store parses them several times faster than
+        an update's text); then one update request with the rest (`blank` mode's blank-node
+        MSGs, the anchors) and the version. A crash between the requests leaves the version
+        where it was: the next round writes the patch again, and the POSTed part changes
+        nothing the second time."""
+        if not self.config.gsp_url or patch.removed or len(patch.added) < self.bulk_rows:
             return False
         _removed, added_occ = _Occurrences(patch.graph, self.held).assign(patch)
-        data, index = self.render.skolem_lines(*self.render.added(patch, 0, added_occ))
-        self._post_graph(patch.graph, data)
-        if index:
+        ground, rows = self.render.added(patch, 0, added_occ)
+        if self.render.skolem:
+            data, index = self.render.skolem_lines(ground, rows)
+            self._post_graph(patch.graph, data)
             self._post_graph(index_graph(patch.graph).value, index)
-        self.update(self.render.marker(patch.graph, patch.prev, patch.id))
+            self.update(self.render.marker(patch.graph, patch.prev, patch.id))
+        else:
+            self._post_graph(patch.graph, ground)
+            marker = self.render.marker(patch.graph, patch.prev, patch.id)
+            self.update(" ;\n".join([*self.render.additions(patch.graph, [], rows), marker]))
         return True
 
     def _post_graph(self, graph: str, statements: list[str]) -> None:
+        if not statements:
+            return
         body = "".join(f"{s} .\n" for s in statements).encode()
         try:
             response = self.session.post(self.config.gsp_url, params={"graph": graph}, data=body,
