@@ -54,6 +54,7 @@ def _oxigraph_server(tmp: Path) -> Iterator[str | None]:
         yield None
         return
     port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen([command, "serve", "--location", str(tmp / "oxigraph"), "--bind",
                                 f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -120,31 +121,37 @@ def run(*, triples: int, patches: int, seed: int) -> None:
         echo(f"  embedded (best of 3): verify {verify:.2f} s + apply {apply:.2f} s = {verify + apply:.2f} s; "
              f"pyoxigraph bulk load {bulk:.2f} s; ratio {bulk / (verify + apply):.2f}x (goal >= 0.5x)")
 
-        with _oxigraph_server(tmp) as base:
-            if base is None:
-                echo("  Oxigraph server: not installed (pip install oxigraph): the operator's store is not measured")
-                return
-            env = {"LUCID_STORE_QUERY_URL": f"{base}/query", "LUCID_STORE_UPDATE_URL": f"{base}/update",
-                   "LUCID_STORE_GSP_URL": f"{base}/store"}
-            for mode in ("skolem", "blank"):
-                config = RemoteConfig.of(Settings.from_env({**env, "LUCID_STORE_BLANK_NODES": mode}))
-                assert config is not None
-                remote = RemoteStore(config)
-                requests.post(f"{base}/update", data={"update": "CLEAR ALL"}, timeout=600)
-                start = time.perf_counter()
-                remote.write([verify_patch_bytes(raw, trusted, canonicalizer)])
-                ours = time.perf_counter() - start
-                requests.post(f"{base}/update", data={"update": "CLEAR ALL"}, timeout=600)
-                start = time.perf_counter()
-                posted = requests.post(f"{base}/store", params={"graph": GRAPH}, data=nt, timeout=600,
-                                       headers={"Content-Type": "application/n-triples"})
-                post = time.perf_counter() - start
-                assert posted.status_code < 300, posted.text
-                echo(f"  Oxigraph server, blank nodes {mode}: verify + write {ours:.2f} s; Graph Store POST "
-                     f"{post:.2f} s; ratio {post / ours:.2f}x (goal >= 0.8x)")
-                remote.close()
-            requests.post(f"{base}/update", data={"update": "CLEAR ALL"}, timeout=600)
-            _catch_up(tmp, env, patches, echo)
+        if shutil.which("oxigraph") is None and shutil.which("oxigraph", path=str(Path(sys.executable).parent)) is None:
+            echo("  Oxigraph server: not installed (pip install oxigraph): the operator's store is not measured")
+            return
+        for mode in ("skolem", "blank"):
+            ours, post = [], []
+            for run_number in range(3):  # best of three of each, alternating, each into a fresh store
+                with _oxigraph_server(tmp / f"{mode}-{run_number}-ours") as base:
+                    assert base is not None
+                    config = RemoteConfig.of(Settings.from_env({
+                        "LUCID_STORE_QUERY_URL": f"{base}/query", "LUCID_STORE_UPDATE_URL": f"{base}/update",
+                        "LUCID_STORE_GSP_URL": f"{base}/store", "LUCID_STORE_BLANK_NODES": mode}))
+                    assert config is not None
+                    remote = RemoteStore(config)
+                    start = time.perf_counter()
+                    remote.write([verify_patch_bytes(raw, trusted, canonicalizer)])
+                    ours.append(time.perf_counter() - start)
+                    remote.close()
+                with _oxigraph_server(tmp / f"{mode}-{run_number}-post") as base:
+                    start = time.perf_counter()
+                    posted = requests.post(f"{base}/store", params={"graph": GRAPH}, data=nt, timeout=600,
+                                           headers={"Content-Type": "application/n-triples"})
+                    post.append(time.perf_counter() - start)
+                    assert posted.status_code < 300, posted.text
+            echo(f"  Oxigraph server, blank nodes {mode} (best of 3): verify + write {min(ours):.2f} s; Graph "
+                 f"Store POST {min(post):.2f} s; ratio {min(post) / min(ours):.2f}x (goal >= 0.8x)")
+        for mode in ("skolem", "blank"):  # each into a store of its own, as a partner's would be
+            with _oxigraph_server(tmp / f"catch-up-{mode}") as base:
+                assert base is not None
+                env = {"LUCID_STORE_QUERY_URL": f"{base}/query", "LUCID_STORE_UPDATE_URL": f"{base}/update",
+                       "LUCID_STORE_GSP_URL": f"{base}/store", "LUCID_STORE_BLANK_NODES": mode}
+                _catch_up(tmp / f"hub-{mode}", env, patches, echo)
     canonicalizer.close()
 
 
@@ -153,7 +160,7 @@ def _catch_up(tmp: Path, env: dict[str, str], patches: int, echo: Callable[[str]
     from lucid_hub.config import Settings
     from lucid_hub.runtime import Runtime
 
-    settings = Settings.from_env({**env, "LUCID_DATA_DIR": str(tmp / "hub"), "LUCID_LOG_LEVEL": "WARNING"})
+    settings = Settings.from_env({**env, "LUCID_DATA_DIR": str(tmp), "LUCID_LOG_LEVEL": "WARNING"})
     runtime = Runtime.open(settings)
     try:
         from lucid_hub.rdf.msg import graph_msgs
@@ -170,7 +177,8 @@ def _catch_up(tmp: Path, env: dict[str, str], patches: int, echo: Callable[[str]
             pass
         took = time.perf_counter() - start
         assert runtime.remote.store.version(GRAPH) == runtime.archive.head(GRAPH)
-        echo(f"  catch-up into Oxigraph server: {patches:,} small patches in {took:.2f} s = "
+        echo(f"  catch-up into Oxigraph server, blank nodes {env['LUCID_STORE_BLANK_NODES']}: {patches:,} small "
+             f"patches in {took:.2f} s = "
              f"{patches / took:,.0f} patches/s (goal >= 500)")
     finally:
         runtime.close()
