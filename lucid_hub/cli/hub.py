@@ -130,8 +130,10 @@ def worker(state: Context, name: str | None) -> None:
               help="IRI of a graph the hub keeps in the operator's store (repeat; default: every owned one).")
 @click.option("--hub", "hub_url", type=URL, help="URL of a running hub (default: the hub of LUCID_DATA_DIR).")
 @click.option("--token", envvar="LUCID_HUB_TOKEN", help="An admin's access token for --hub (or LUCID_HUB_TOKEN).")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="Diff engine (without a running hub): spark for large graphs (LUCID_SPARK_MASTER).")
 @pass_ctx
-def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token: str | None) -> None:
+def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token: str | None, engine: str) -> None:
     """Publish what applications changed in the operator's store as patches (author `capture`)."""
     remote = hub_for(state, hub_url, token)  # (beside a hub serving the data directory: through it)
     if remote:
@@ -139,13 +141,18 @@ def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token:
 
         if not graphs:
             raise InputError("--graph is required with a running hub: name the graphs to capture")
+        if engine == "spark":
+            raise InputError("--engine spark needs the data directory to itself: the running hub diffs in its process")
         done = [call_hub(*remote, "POST", "/admin/store/capture", params={"graph": g}) for g in graphs]
     else:
         from lucid_hub.cli.base import open_runtime
+        from lucid_hub.commands.publish_file import spark_diff
 
+        diff = spark_diff(state.settings) if engine == "spark" else None
         with open_runtime(state) as runtime:
             assert runtime.capture is not None
-            done = [vars(c) for c in ([runtime.capture.graph(g) for g in graphs] if graphs else runtime.capture.all())]
+            done = [vars(c) for c in ([runtime.capture.graph(g, diff) for g in graphs] if graphs
+                                      else runtime.capture.all(diff))]
     for item in done:
         click.echo(f"<{item['graph']}>: " + (f"captured as {item['patch']} (-{item['removed']} +{item['added']})"
                                              if item["patch"] else "the store holds what the hub published"))

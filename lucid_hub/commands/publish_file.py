@@ -147,6 +147,11 @@ def _publish_spark_http(settings: Settings, client: HubClient, path: Path, graph
          f"in {time.monotonic() - started:.1f} s")
 
 
+def spark_diff(settings: Settings, spark: Any = None) -> Callable[[Path, Path, str], GraphChange | None]:
+    """A diff of two N-Triples files of one graph on Spark (`lucid-hub capture --engine spark`)."""
+    return lambda old, new, graph: _spark_change(settings, old, new, graph, spark)
+
+
 def _spark_change(settings: Settings, old: Path, new: Path, graph: str, spark: Any) -> GraphChange | None:
     """The change of `graph` from `old` to `new`, diffed on Spark; None if there is none."""
     from lucid_hub.diff.spark import SparkDiffEngine, console_progress, spark_session

@@ -12,10 +12,14 @@ read and that request is overwritten (docs/stores.md).
 from __future__ import annotations
 
 import logging
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from lucid_hub.archive import at_version
-from lucid_hub.errors import InputError, NotFoundError
+from lucid_hub.diff import GraphChange
+from lucid_hub.errors import InputError, NotFoundError, StoreError
 from lucid_hub.publish.publisher import Publisher
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import graph_msgs
@@ -26,6 +30,9 @@ from lucid_hub.store.remote_sync import RemoteSync
 log = logging.getLogger(__name__)
 
 AUTHOR = "capture"
+# A diff of two versions of a graph given as N-Triples files (old, new, graph IRI): the Spark
+# engine's, for graphs too large to diff in the hub's process.
+FileDiff = Callable[[Path, Path, str], GraphChange | None]
 
 
 @dataclass(frozen=True)
@@ -46,10 +53,11 @@ class Capture:
         self.publisher = publisher
         self.canonicalizer = canonicalizer
 
-    def graph(self, graph: str) -> Captured:
+    def graph(self, graph: str, diff: FileDiff | None = None) -> Captured:
         """Capture one graph. NotFoundError without a store; InputError for a graph the store
         does not keep or the hub mirrors; StoreError when the store cannot be brought to the
-        hub's version first (it is down, or refuses)."""
+        hub's version first (it is down, or refuses). With `diff`, both versions are written
+        to files and diffed by it (Spark) instead of in this process."""
         sync = self.sync
         if sync is None:
             raise NotFoundError("this hub keeps no graphs in a store of the operator's (LUCID_STORE_QUERY_URL, "
@@ -63,9 +71,20 @@ class Capture:
             head = self.publisher.archive.current_head(graph)
             statements = sync.store.statements(graph)
             check_no_skolem(statements, f"the store's graph <{graph}>")
-            new = graph_msgs(statement_quads(statements), self.canonicalizer)
-            patch = self.publisher.replace(graph, new, author=AUTHOR, if_match=at_version(head),
-                                           message=f"captured from the store at {sync.store.name}")
+            message = f"captured from the store at {sync.store.name}"
+            if diff is None:
+                new = graph_msgs(statement_quads(statements), self.canonicalizer)
+                patch = self.publisher.replace(graph, new, author=AUTHOR, if_match=at_version(head), message=message)
+            else:
+                with tempfile.TemporaryDirectory(prefix="lucid-capture-") as tmp:
+                    old_file, new_file = Path(tmp) / "published.nt", Path(tmp) / "store.nt"
+                    new_file.write_text("".join(f"{s} .\n" for s in statements), encoding="utf-8")
+                    version = self.publisher.export(graph, old_file)
+                    change = diff(old_file, new_file, graph) if version == head else None
+                if version != head:
+                    raise StoreError(f"<{graph}> moved while it was captured: capture it again")
+                patch = None if change is None else self.publisher.publish(
+                    graph, lambda _view: change, author=AUTHOR, message=message, expect_prev=True, prev=head)
             if patch is None:
                 return Captured(graph, None, 0, 0)
             sync.resyncs.add(graph)  # (if the store fails now, the writer's next round does it)
@@ -74,10 +93,10 @@ class Capture:
                      len(patch.added))
             return Captured(graph, patch.id, len(patch.removed), len(patch.added))
 
-    def all(self) -> list[Captured]:
+    def all(self, diff: FileDiff | None = None) -> list[Captured]:
         """Capture every graph the store keeps that this hub owns (the schedule's round)."""
         if self.sync is None:
             raise NotFoundError("this hub keeps no graphs in a store of the operator's: there is nothing to capture")
         owned = [graph for graph, _head in self.publisher.archive.heads()
                  if self.sync.store.config.keeps(graph) and not self.publisher.read_only(graph)]
-        return [self.graph(graph) for graph in owned]
+        return [self.graph(graph, diff) for graph in owned]

@@ -266,3 +266,24 @@ def test_a_purged_mirror_leaves_the_partners_store(tmp_path: Path, oxigraph: sto
         wait(lambda: mirror(partner)["state"] == "revoked")
         wait(lambda: store.version(G) is None and store.statements(G) == [])
     store.close()
+
+
+@pytest.mark.slow
+def test_a_large_graph_is_captured_with_the_spark_diff(tmp_path: Path, oxigraph: stores.RunningStore,
+                                                      spark) -> None:  # type: ignore[no-untyped-def]
+    from lucid_hub.commands.publish_file import spark_diff
+
+    oxigraph.clear()
+    env = oxigraph.env()
+    store = store_of(env)
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", {**DEV, **env}) as hub:
+        first = publish(hub, version(3))
+        wait(lambda: store.version(G) == first)
+        edit_directly(oxigraph)
+        edited = held(store)
+        assert hub.runtime.capture is not None and hub.runtime.remote is not None
+        done = hub.runtime.capture.graph(G, spark_diff(hub.runtime.settings, spark))
+        assert done.patch is not None and (done.removed, done.added) == (1, 2)
+        assert hub.runtime.archive.patch(done.patch).author == "capture"
+        assert graph_of(hub) == edited and held(store) == edited and store.version(G) == done.patch
+    store.close()
