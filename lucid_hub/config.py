@@ -107,6 +107,7 @@ class Settings:
     store_token: str = field(default="", repr=False)
     store_token_file: str = ""
     store_timeout: float = 30.0
+    store_max_answer_bytes: int = 1 << 30
     store_ca_file: str = ""
     store_graphs: str = "*"
     store_blank_nodes: str = "blank"

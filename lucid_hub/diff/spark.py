@@ -59,7 +59,9 @@ def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None =
     if master is not None and master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
         # Local workers run this interpreter (Spark's default is `python3` on PATH, which in a
         # venv that is not activated lacks the hub's packages: "No module named 'pyoxigraph'").
+        # PySpark's context reads only the variable (spark.pyspark.python is spark-submit's).
         settings.setdefault("spark.pyspark.python", sys.executable)
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     log_config = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java_options:

@@ -21,6 +21,7 @@ nodes.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class RemoteConfig:
     blank_nodes: str = "blank"
     skolem_base: str = "urn:lucid-hub:bnode:"
     graphs: tuple[str, ...] = ("*",)
+    max_answer_bytes: int = 1 << 30
 
     @classmethod
     def of(cls, settings: Settings) -> RemoteConfig | None:
@@ -96,10 +98,13 @@ class RemoteConfig:
         password, token = settings.secret("store_password"), settings.secret("store_token")
         if token and settings.store_user:
             raise ConfigError("LUCID_STORE_TOKEN and LUCID_STORE_USER are both set: give a bearer token or a user")
+        if settings.store_max_answer_bytes <= 0:
+            raise ConfigError("LUCID_STORE_MAX_ANSWER_BYTES must be a positive number of bytes")
         graphs = tuple(settings.store_graphs.split()) or ("*",)
         return cls(settings.store_query_url, settings.store_update_url, settings.store_gsp_url,
                    settings.store_user, password, settings.store_auth, token, settings.store_timeout,
-                   settings.file("store_ca_file"), settings.store_blank_nodes, settings.store_skolem_base, graphs)
+                   settings.file("store_ca_file"), settings.store_blank_nodes, settings.store_skolem_base, graphs,
+                   settings.store_max_answer_bytes)
 
     def keeps(self, graph: str) -> bool:
         """Whether the hub keeps `graph` in the store: LUCID_STORE_GRAPHS names IRIs, or
@@ -145,30 +150,43 @@ class RemoteStore:
         self.session.close()
 
     # --- the protocol ------------------------------------------------------------------------
-    def _post(self, url: str, data: dict[str, str], accept: str | None = None) -> requests.Response:
-        headers = {"Accept": accept} if accept else {}
+    def _call(self, method: str, url: str, *, accept: str | None = None, missing_ok: bool = False,
+              **kwargs: Any) -> bytes | None:
+        """One request to the store; its answer's body, read to at most LUCID_STORE_MAX_ANSWER_BYTES
+        (a store that answers without end costs the hub no more); None for a 404 when
+        `missing_ok`. A StoreError says what went wrong, never with the credentials."""
+        headers = {**kwargs.pop("headers", {}), **({"Accept": accept} if accept else {})}
         try:
-            response = self.session.post(url, data=data, headers=headers, timeout=self.config.timeout)
+            with self.session.request(method, url, headers=headers, timeout=self.config.timeout, stream=True,
+                                      **kwargs) as response:
+                if response.status_code == 404 and missing_ok:
+                    return None
+                body = bytearray()
+                for chunk in response.iter_content(1 << 16):
+                    body += chunk
+                    if len(body) > self.config.max_answer_bytes:
+                        raise StoreError(f"the store at {url} answered with more than {self.config.max_answer_bytes:,} "
+                                         "bytes (LUCID_STORE_MAX_ANSWER_BYTES)")
         except requests.RequestException as exc:
             raise StoreError(f"the store at {url} does not answer: {type(exc).__name__}") from None
         if response.status_code >= 300:
-            detail = " ".join(response.text.split())[:300]
+            detail = " ".join(body[:600].decode("utf-8", "replace").split())[:300]
             raise StoreError(f"the store at {url} answered {response.status_code}: {detail}")
-        return response
+        return bytes(body)
 
     def select(self, query: str) -> list[dict[str, ox.NamedNode | ox.BlankNode | ox.Literal]]:
         """A SELECT query's solutions, their terms as pyoxigraph terms."""
-        response = self._post(self.config.query_url, {"query": query}, JSON_RESULTS)
+        body = self._call("POST", self.config.query_url, data={"query": query}, accept=JSON_RESULTS)
         try:
-            bindings = response.json()["results"]["bindings"]
+            bindings = json.loads(body or b"")["results"]["bindings"]
             blank: dict[str, ox.BlankNode] = {}  # a store's own labels (Virtuoso's nodeID://…) as blank nodes
             return [{name: _term(value, blank) for name, value in row.items()} for row in bindings]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"the store at {self.config.query_url} answered a query with no SPARQL JSON "
-                             f"results: {exc}") from None
+                             f"results: {type(exc).__name__}: {str(exc)[:200]}") from None
 
     def update(self, update: str) -> None:
-        self._post(self.config.update_url, {"update": update})
+        self._call("POST", self.config.update_url, data={"update": update})
 
     def check(self) -> None:
         """Raise a StoreError unless the store answers a trivial query now (readiness)."""
@@ -247,14 +265,8 @@ class RemoteStore:
         if not statements:
             return
         body = "".join(f"{s} .\n" for s in statements).encode()
-        try:
-            response = self.session.post(self.config.gsp_url, params={"graph": graph}, data=body,
-                                         headers={"Content-Type": "application/n-triples"}, timeout=self.config.timeout)
-        except requests.RequestException as exc:
-            raise StoreError(f"the store at {self.config.gsp_url} does not answer: {type(exc).__name__}") from None
-        if response.status_code >= 300:
-            detail = " ".join(response.text.split())[:300]
-            raise StoreError(f"the store at {self.config.gsp_url} answered {response.status_code}: {detail}")
+        self._call("POST", self.config.gsp_url, params={"graph": graph}, data=body,
+                   headers={"Content-Type": "application/n-triples"})
 
     def drop(self, graph: str) -> None:
         """Remove the graph, its index and its version, in one request."""
@@ -265,17 +277,10 @@ class RemoteStore:
         """The graph as the store holds it: from the Graph Store endpoint when there is one,
         else with a SELECT (every store answers that)."""
         if self.config.gsp_url:
+            body = self._call("GET", self.config.gsp_url, params={"graph": graph}, accept="application/n-triples",
+                              missing_ok=True)
             try:
-                response = self.session.get(self.config.gsp_url, params={"graph": graph},
-                                            headers={"Accept": "application/n-triples"}, timeout=self.config.timeout)
-            except requests.RequestException as exc:
-                raise StoreError(f"the store at {self.config.gsp_url} does not answer: {type(exc).__name__}") from None
-            if response.status_code == 404:
-                return []
-            if response.status_code >= 300:
-                raise StoreError(f"the store at {self.config.gsp_url} answered {response.status_code} for <{graph}>")
-            try:
-                return [q.triple for q in ox.parse(response.content, format=ox.RdfFormat.N_TRIPLES)]
+                return [q.triple for q in ox.parse(body or b"", format=ox.RdfFormat.N_TRIPLES)]
             except SyntaxError as exc:
                 raise StoreError(f"the store at {self.config.gsp_url} sent unreadable N-Triples: {exc}") from None
         rows = self.select(f"SELECT ?s ?p ?o WHERE {{ GRAPH <{graph}> {{ ?s ?p ?o }} }}")
