@@ -153,6 +153,7 @@ class Runtime:
         self.rules.start(self.roles)
         if self.remote is not None and self.roles.role("remote-store") is None:
             self.roles.add("remote-store", self.remote.round, every=0.5, backoff_max=10.0)
+            self.metrics.watch(self.remote.metrics)
             if self.settings.store_capture_seconds > 0 and self.capture is not None:
                 self.roles.add("store-capture", self.capture.all, every=self.settings.store_capture_seconds)
         self.publisher.relay.start(self.roles, interval=self.relay_interval)

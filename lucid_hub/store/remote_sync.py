@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
 from lucid_hub.archive import Archive
 from lucid_hub.db.models import PatchRecord
 from lucid_hub.errors import ConfigError, NotFoundError, StoreError
@@ -157,6 +159,21 @@ class RemoteSync:
             written += len(batch)
         self.written += written
         return written
+
+    def metrics(self) -> list[Metric]:
+        """The store's writer as the last round left it (`/metrics`): patches behind, written,
+        whether the round finished, graphs refused."""
+        behind = GaugeMetricFamily("lucid_store_behind_patches",
+                                   "Patches the operator's store lacked at the end of the last round.")
+        behind.add_metric([], self.behind)
+        written = CounterMetricFamily("lucid_store_written_patches", "Patches written into the operator's store.")
+        written.add_metric([], self.written)
+        up = GaugeMetricFamily("lucid_store_up", "1 when the last round of the store's writer finished.")
+        up.add_metric([], 0 if self.problem else 1)
+        refused = GaugeMetricFamily("lucid_store_refused_graphs",
+                                    "Graphs the store holds triples of that lucid-hub did not write (not written).")
+        refused.add_metric([], len(self.refused))
+        return [behind, written, up, refused]
 
     def lag(self) -> int:
         """Patches the store lacks now (reads the store's versions: readiness and metrics)."""

@@ -44,6 +44,10 @@ def held(store: RemoteStore) -> str:
     return whole_canonical(store.statements(G))
 
 
+def metrics(hub: RunningHub) -> str:
+    return hub.http.get(f"{hub.url}/metrics", timeout=30).text
+
+
 def ready(hub: RunningHub) -> requests.Response:
     return requests.get(f"{hub.url}/readyz", timeout=30)
 
@@ -95,11 +99,14 @@ def test_owned_graphs_are_written_through_and_a_store_that_was_down_catches_up(
             answer = ready(hub)
             assert answer.status_code == 503 and "store" in answer.text and oxigraph.update_url.split("/")[2] \
                 in answer.text, answer.text
+            wait(lambda: "lucid_store_up 0.0" in metrics(hub))
         finally:
             oxigraph.start()
         wait(lambda: store.version(G) == later[-1], show=lambda: ready(hub).text)
         assert held(store) == graph_of(hub)
         wait(lambda: ready(hub).status_code == 200, show=lambda: ready(hub).text)
+        wait(lambda: "lucid_store_up 1.0" in metrics(hub) and "lucid_store_behind_patches 0.0" in metrics(hub))
+        assert "lucid_store_written_patches_total 4.0" in metrics(hub)
         # a graph deleted from the hub is dropped from the store with its version
         assert hub.http.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30).status_code in (200, 204)
         wait(lambda: held(store) == graph_of(hub), show=lambda: (store.version(G), graph_of(hub)))
