@@ -44,6 +44,17 @@ def held(store: RemoteStore) -> str:
     return whole_canonical(store.statements(G))
 
 
+def console(hub: RunningHub) -> requests.Session:
+    """An admin signed in to the console."""
+    from lucid_hub.auth.admins import AdminAccounts
+    from tests.conftest import ADMIN_PASSWORD
+    from tests.web.test_console import signed_in
+
+    if not AdminAccounts(hub.runtime.db).verify("alice", ADMIN_PASSWORD):
+        AdminAccounts(hub.runtime.db).create("alice", ADMIN_PASSWORD)
+    return signed_in(hub)
+
+
 def metrics(hub: RunningHub) -> str:
     return hub.http.get(f"{hub.url}/metrics", timeout=30).text
 
@@ -100,6 +111,8 @@ def test_owned_graphs_are_written_through_and_a_store_that_was_down_catches_up(
             assert answer.status_code == 503 and "store" in answer.text and oxigraph.update_url.split("/")[2] \
                 in answer.text, answer.text
             wait(lambda: "lucid_store_up 0.0" in metrics(hub))
+            overview = console(hub).get(f"{hub.url}/admin/ui/overview", timeout=30).text
+            assert "Your store is not written" in overview and "does not answer" in overview
         finally:
             oxigraph.start()
         wait(lambda: store.version(G) == later[-1], show=lambda: ready(hub).text)
@@ -126,6 +139,8 @@ def test_a_graph_the_store_holds_already_is_not_overwritten(tmp_path: Path, oxig
         wait(lambda: G in (hub.runtime.remote.refused if hub.runtime.remote else {}))
         text = ready(hub).text
         assert "lucid-hub did not write" in text and G in text
+        overview = console(hub).get(f"{hub.url}/admin/ui/overview", timeout=30).text  # the console says so too
+        assert "Graph not written to your store" in overview and "lucid-hub did not write" in overview
         assert store.statements(G) == ['<http://example.org/theirs> <http://example.org/p> "kept"']
         assert store.version(G) is None
     store.close()
