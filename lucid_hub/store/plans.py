@@ -78,7 +78,7 @@ class Planner:
             raise ChainError(f"store holds {patch.graph} at {current}, patch {patch.id} follows {patch.prev}")
         plan = Plan(patch)
         removed: list[str] = []  # statements as stored (skolem IRIs), literals as published
-        added: list[str] = []
+        added: list[str] = []  # statements with a typed literal
         held_of: Callable[[str], dict[int, str]]
         if chain is not None:
             held_of = chain.held
@@ -97,31 +97,39 @@ class Planner:
             removed.extend(skolemise(s, instance) for s in msg.statements)
             plan.delete_index.append(f'<{instance_iri}> <{MSG.value}> "{msg.hash}" .')
             plan.delete_index.append(f'<{instance_iri}> <{OCCURRENCE.value}> "{occurrence}" .')
+        # Added statements without a typed literal go straight to the plan (the hot loop of a
+        # clone's first patch: one test and one slice a row); typed ones through their forms.
+        typed, insert = lexical.typed, plan.insert_data
         for row, (msg, occurrence) in enumerate(zip(patch.added, added_occ, strict=True),
                                                 start=len(patch.removed)):
-            if "_:" not in msg.nquads:
-                added.append(msg.nquads[:-3])
+            nquads = msg.nquads
+            if "_:" not in nquads:
+                if typed(nquads[:-3]):
+                    added.append(nquads[:-3])
+                else:
+                    insert.append(nquads[:-1])
                 continue
             instance = instance_id(patch.id, row)
-            added.extend(skolemise(s, instance) for s in msg.statements)
+            for statement in (skolemise(s, instance) for s in msg.statements):
+                if typed(statement):
+                    added.append(statement)
+                else:
+                    insert.append(f"{statement} .")
             plan.insert_index.append(f'<{SKOLEM_PREFIX}{instance}> <{MSG.value}> "{msg.hash}" .')
             plan.insert_index.append(f'<{SKOLEM_PREFIX}{instance}> <{OCCURRENCE.value}> "{occurrence}" .')
-        natives = lexical.NATIVES.of(terms(s)[2] for s in itertools.chain(removed, added) if lexical.typed(s))
+        natives = lexical.NATIVES.of(terms(s)[2] for s in itertools.chain(removed, added) if typed(s))
         forms = lexical.Forms(self.read.raw, patch.graph, natives, exists=current is not None,
                               known=chain.forms if chain is not None else None)
         for statement in removed:
-            if lexical.typed(statement):
+            if typed(statement):
                 forms.remove(statement, patch.id)
             elif "<urn:lucid-hub:bnode:" in statement or (
                     chain.contains(statement) if chain is not None else self.read.contains(patch.graph, statement)):
                 plan.delete_data.append(f"{statement} .")
             else:
                 raise PatchApplyError(f"patch {patch.id} removes a triple the graph does not hold: {statement}")
-        for statement in added:
-            if lexical.typed(statement):
-                forms.add(statement)
-            else:
-                plan.insert_data.append(f"{statement} .")
+        for statement in added:  # (typed, all of them)
+            forms.add(statement)
         delete, insert, forget, record = forms.changes()
         plan.delete_data.extend(f"{s} ." for s in delete)
         plan.insert_data.extend(f"{s} ." for s in insert)
