@@ -211,6 +211,21 @@ class RemoteStore:
                            f"<{OCCURRENCE.value}> ?o }} }}")
         return [int(row["o"].value) for row in rows]
 
+    def instances(self, graph: str, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """Which instance (in `skolem` mode: the id in its skolem IRIs) holds each MSG
+        occurrence, by its anchor; an occurrence the store does not hold is left out."""
+        base = self.config.skolem_base
+        found: dict[tuple[str, int], str] = {}
+        for start in range(0, len(keys), 500):
+            values = " ".join(f'("{digest}" "{occurrence}")' for digest, occurrence in keys[start:start + 500])
+            rows = self.select(f"SELECT ?n ?h ?o WHERE {{ VALUES (?h ?o) {{ {values} }} GRAPH "
+                               f"<{index_graph(graph).value}> {{ ?n <{MSG.value}> ?h ; <{OCCURRENCE.value}> ?o }} }}")
+            for row in rows:
+                anchor = row["n"].value
+                if isinstance(row["n"], ox.NamedNode) and anchor.startswith(base) and anchor.endswith(".0"):
+                    found[row["h"].value, int(row["o"].value)] = anchor[len(base):-2]
+        return found
+
     def probe(self) -> None:
         """Check that the store keeps blank nodes as LUCID_STORE_BLANK_NODES=blank needs: one
         blank node written into two graphs by one template (Virtuoso 7.2 applies such a template,
@@ -236,7 +251,7 @@ class RemoteStore:
         add-only patch through the Graph Store (`_bulk`)."""
         if len(patches) == 1 and self._bulk(patches[0]):
             return
-        self.update(self.render.update(patches, self.held))
+        self.update(self.render.update(patches, self.held, self.instances))
 
     def _bulk(self, patch: Patch) -> bool:
         """A large add-only patch: what can be written twice without harm (its ground triples,
@@ -320,31 +335,55 @@ class UpdateRenderer:
         self.skolem = blank_nodes == "skolem"
         self.skolem_base = skolem_base
 
-    def update(self, patches: list[Patch], held: Callable[[str, str], list[int]]) -> str:
+    def update(self, patches: list[Patch], held: Callable[[str, str], list[int]],
+               instances: Callable[[str, list[tuple[str, int]]], dict[tuple[str, int], str]] | None = None) -> str:
         """One update request for consecutive patches of one graph. `held` answers a format 1
-        patch's question of which occurrences of an MSG the store holds."""
+        patch's question of which occurrences of an MSG the store holds; in `skolem` mode,
+        `instances` which instance (skolem IRIs) holds an MSG's occurrence, asked once for
+        the request, so that a removal names its triples (`DELETE DATA`) instead of matching
+        a pattern (which a store slows down on after many deletions)."""
         graph = patches[0].graph
         state = _Occurrences(graph, held)
+        assigned = [state.assign(patch) for patch in patches]
+        named: dict[tuple[str, int], str] = {}
+        if self.skolem and instances is not None:
+            needed = _held_before(patches, assigned)
+            named = instances(graph, needed) if needed else {}
         operations: list[str] = []
-        for number, patch in enumerate(patches):
-            operations.extend(self._operations(patch, number, state))
+        for number, (patch, (removed_occ, added_occ)) in enumerate(zip(patches, assigned, strict=True)):
+            operations.extend(self._operations(patch, number, removed_occ, added_occ, named))
         operations.append(self.marker(graph, patches[0].prev, patches[-1].id))
         return " ;\n".join(operations)
 
-    def _operations(self, patch: Patch, number: int, state: _Occurrences) -> Iterator[str]:
+    def _operations(self, patch: Patch, number: int, removed_occ: list[int], added_occ: list[int],
+                    named: dict[tuple[str, int], str]) -> Iterator[str]:
+        """The patch's operations; `named` holds the instance of each MSG occurrence known
+        (and is moved on by this patch's additions and removals)."""
         g, idx = f"<{patch.graph}>", f"<{index_graph(patch.graph).value}>"
-        removed_occ, added_occ = state.assign(patch)
-        ground_gone = [msg.nquads[:-3] for msg in patch.removed if "_:" not in msg.nquads]
-        if ground_gone:
-            yield f"DELETE DATA {{ GRAPH {g} {{ {' . '.join(ground_gone)} }} }}"
+        gone = [msg.nquads[:-3] for msg in patch.removed if "_:" not in msg.nquads]
+        gone_index: list[str] = []
+        patterns: list[str] = []
         for msg, occurrence in zip(patch.removed, removed_occ, strict=True):
             if "_:" not in msg.nquads:
                 continue
+            instance = named.pop((msg.hash, occurrence), None)
+            if instance is not None:
+                node = self._skolem(instance)
+                gone.extend(relabel(s, node) for s in msg.statements)
+                gone_index.extend(_anchor(node("_:c14n0"), msg.hash, occurrence))
+                continue
             pattern = " . ".join(relabel(s, _variable) for s in msg.statements)
             anchor = f'?n0 <{MSG.value}> "{msg.hash}" . ?n0 <{OCCURRENCE.value}> "{occurrence}"'
-            yield (f"DELETE {{ GRAPH {g} {{ {pattern} }} GRAPH {idx} {{ {anchor} }} }} "
-                   f"WHERE {{ GRAPH {idx} {{ {anchor} }} GRAPH {g} {{ {pattern} }} }}")
-        yield from self.additions(patch.graph, *self.added(patch, number, added_occ))
+            patterns.append(f"DELETE {{ GRAPH {g} {{ {pattern} }} GRAPH {idx} {{ {anchor} }} }} "
+                            f"WHERE {{ GRAPH {idx} {{ {anchor} }} GRAPH {g} {{ {pattern} }} }}")
+        if gone:
+            index_block = f" GRAPH {idx} {{ {' . '.join(gone_index)} }}" if gone_index else ""
+            yield f"DELETE DATA {{ GRAPH {g} {{ {' . '.join(gone)} }}{index_block} }}"
+        yield from patterns
+        ground, rows = self.added(patch, number, added_occ)
+        if self.skolem:
+            named.update(((msg.hash, occurrence), instance) for msg, occurrence, instance, _label in rows)
+        yield from self.additions(patch.graph, ground, rows)
 
     def additions(self, graph: str, ground: list[str], rows: list[Row]) -> Iterator[str]:
         """The operations that add ground statements and blank-node MSG instances (each with
@@ -455,6 +494,24 @@ class _Occurrences:
             held.difference_update(removed[i] for i in gone_rows)
             held.update(added[i] for i in came_rows)
         return removed, added
+
+
+def _held_before(patches: list[Patch], assigned: list[tuple[list[int], list[int]]]) -> list[tuple[str, int]]:
+    """The MSG occurrences the patches remove that none of them added before: instances the
+    store holds from earlier requests."""
+    added: set[tuple[str, int]] = set()
+    needed: list[tuple[str, int]] = []
+    for patch, (removed_occ, added_occ) in zip(patches, assigned, strict=True):
+        for msg, occurrence in zip(patch.removed, removed_occ, strict=True):
+            key = (msg.hash, occurrence)
+            if "_:" not in msg.nquads:
+                continue
+            if key in added:  # added earlier in the request: its instance is known by then
+                added.discard(key)
+            else:
+                needed.append(key)
+        added.update((msg.hash, o) for msg, o in zip(patch.added, added_occ, strict=True) if "_:" in msg.nquads)
+    return needed
 
 
 def _by_hash(patch: Patch) -> Iterable[tuple[str, list[int], list[int]]]:

@@ -239,3 +239,16 @@ def test_a_large_add_only_patch_goes_through_the_graph_store_and_writing_it_agai
     target.store.bulk_rows = 10**9
     target.apply([follow])  # and the next patch removes what it added, anchors and all
     assert whole_canonical(target.statements(G)) == after
+
+
+@pytest.mark.parametrize("kind", ["oxigraph", "virtuoso"])
+def test_skolem_removals_name_their_triples_instead_of_matching_a_pattern(
+        request: pytest.FixtureRequest, canonicalizer: Canonicalizer, kind: str) -> None:
+    target = Remote(request.getfixturevalue(kind), "skolem")
+    (first, _), (second, _), (third, last) = chain(canonicalizer, VERSIONS[:3], True)
+    target.apply([first])
+    store = target.store
+    rendered = store.render.update([second, third], store.held, store.instances)
+    assert "WHERE" not in rendered and "DELETE DATA" in rendered  # (removals of earlier and in-request MSGs)
+    target.apply([second, third])
+    assert whole_canonical(target.statements(G)) == last and target.version(G) == third.id
