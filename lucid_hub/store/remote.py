@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyoxigraph as ox
 import requests
@@ -85,6 +86,9 @@ class RemoteConfig:
             url = getattr(settings, name)
             if url and not url.startswith(("http://", "https://")):
                 raise ConfigError(f"LUCID_{name.upper()} must be an http(s) URL, not {url!r}")
+            if url and "@" in urlsplit(url).netloc:  # (a store's URL is named in logs and /readyz: no secrets)
+                raise ConfigError(f"LUCID_{name.upper()} holds credentials: give them as LUCID_STORE_USER and "
+                                  "LUCID_STORE_PASSWORD_FILE (or LUCID_STORE_TOKEN_FILE)")
         if settings.store_blank_nodes not in BLANK_NODE_MODES:
             raise ConfigError(f"LUCID_STORE_BLANK_NODES must be one of {', '.join(BLANK_NODE_MODES)}")
         if settings.store_auth not in AUTH_SCHEMES:

@@ -198,6 +198,8 @@ def test_the_store_settings_are_checked_with_a_reason(tmp_path: Path) -> None:
 
     assert "LUCID_STORE_UPDATE_URL" in refused(store_query_url="http://127.0.0.1:1/q")
     assert "http(s) URL" in refused(store_query_url="ftp://x/q", store_update_url="http://x/u")
+    credentials = refused(store_query_url="http://x/q", store_update_url="https://lucid:s3cret@x/u")
+    assert "holds credentials" in credentials and "s3cret" not in credentials
     ok = {"store_query_url": "http://127.0.0.1:1/q", "store_update_url": "http://127.0.0.1:1/u"}
     assert "LUCID_STORE_BLANK_NODES" in refused(**ok, store_blank_nodes="pattern")
     assert "LUCID_STORE_AUTH" in refused(**ok, store_auth="ntlm")
