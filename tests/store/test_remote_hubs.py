@@ -5,7 +5,6 @@ store's graph always ends equal (isomorphic) to the publisher's, never a patch l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyoxigraph as ox
@@ -18,16 +17,6 @@ from tests import stores
 from tests.conftest import RunningHub, running_hub, whole_canonical
 from tests.mirror.test_mirror import DEV, G, add_mirror, mirror, publish, version, wait
 from tests.stores import free_port
-
-
-@pytest.fixture(scope="module")
-def oxigraph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stores.RunningStore]:
-    yield from stores.oxigraph_server(tmp_path_factory.mktemp("oxigraph"))
-
-
-@pytest.fixture(scope="module")
-def virtuoso(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stores.RunningStore]:
-    yield from stores.virtuoso(tmp_path_factory.mktemp("virtuoso"))
 
 
 def store_of(env: dict[str, str]) -> RemoteStore:

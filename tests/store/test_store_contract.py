@@ -103,16 +103,6 @@ class Remote:
         self.store.drop(graph)
 
 
-@pytest.fixture(scope="module")
-def oxigraph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stores.RunningStore]:
-    yield from stores.oxigraph_server(tmp_path_factory.mktemp("oxigraph"))
-
-
-@pytest.fixture(scope="module")
-def virtuoso(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stores.RunningStore]:
-    yield from stores.virtuoso(tmp_path_factory.mktemp("virtuoso"))
-
-
 # Virtuoso 7.2 fails a template that puts one blank node in two graphs (it applies it, then
 # answers 500 and skips the rest of the request): with Virtuoso, blank nodes are skolemised
 # (docs/stores.md).
