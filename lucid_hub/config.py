@@ -114,6 +114,8 @@ class Settings:
     store_skolem_base: str = "urn:lucid-hub:bnode:"
     # Seconds between captures of the store's graphs that applications also write (0: none).
     store_capture_seconds: float = 0.0
+    # Further stores, each with its own graphs: a JSON file (docs/stores.md, "Several stores").
+    stores_file: str = ""
     # The base URL partners reach this hub at (links, WebSub topics, discovery headers).
     public_url: str = "http://127.0.0.1:8080"
     host: str = "127.0.0.1"

@@ -49,7 +49,7 @@ from lucid_hub.rules.service import RuleParts, RuleService
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
 from lucid_hub.store.remote import RemoteConfig, RemoteStore
-from lucid_hub.store.remote_sync import RemoteSync
+from lucid_hub.store.remote_sync import RemoteSync, store_metrics
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
@@ -102,9 +102,9 @@ class Runtime:
     # it exits, and is started again as a follower; server.py).
     on_lost_leadership: Callable[[str], None] | None = None
     serving: bool = False  # start() ran: a candidate waits to take the roles over
-    # The operator's own triple store (LUCID_STORE_*), kept at the archive's head by the
-    # leader's role `remote-store`; None: the embedded store only.
-    remote: RemoteSync | None = None
+    # The operator's own triple stores (LUCID_STORE_*, LUCID_STORES_FILE), each kept at the
+    # archive's head by a leader's role `remote-store:<name>`; none: the embedded store only.
+    remotes: list[RemoteSync] = field(default_factory=list)
     # Direct edits of the store's graphs published as patches (`lucid-hub capture`, POST
     # /admin/store/capture, and every LUCID_STORE_CAPTURE_SECONDS in the leader).
     capture: Capture | None = None
@@ -151,9 +151,10 @@ class Runtime:
         self.queries.start(self.roles)
         self.windows.start(self.roles)
         self.rules.start(self.roles)
-        if self.remote is not None and self.roles.role("remote-store") is None:
-            self.roles.add("remote-store", self.remote.round, every=0.5, backoff_max=10.0)
-            self.metrics.watch(self.remote.metrics)
+        if self.remotes and self.roles.role(f"remote-store:{self.remotes[0].store.config.name}") is None:
+            for sync in self.remotes:
+                self.roles.add(f"remote-store:{sync.store.config.name}", sync.round, every=0.5, backoff_max=10.0)
+            self.metrics.watch(lambda: store_metrics(self.remotes))
             if self.settings.store_capture_seconds > 0 and self.capture is not None:
                 self.roles.add("store-capture", self.capture.all, every=self.settings.store_capture_seconds)
         self.publisher.relay.start(self.roles, interval=self.relay_interval)
@@ -219,7 +220,7 @@ class Runtime:
 
     @classmethod
     def _open(cls, settings: Settings, repair: bool, on_lost_leadership: Callable[[str], None] | None) -> Runtime:
-        remote = RemoteConfig.of(settings)  # (a ConfigError: nothing opened yet)
+        remotes = RemoteConfig.all(settings)  # (a ConfigError: nothing opened yet)
         db = Database(settings.db_url)
         db.upgrade()
         try:
@@ -304,9 +305,9 @@ class Runtime:
                       MirrorRegistry(db, AddressPolicy.of(settings)), AdminAccounts(db),
                       rules, leader=leader, candidate=slot == 0, leadership=leadership,
                       on_lost_leadership=on_lost_leadership)
-        if remote is not None:
-            runtime.remote = RemoteSync(RemoteStore(remote), archive, canonicalizer, store, publisher.locks.lock)
-        runtime.capture = Capture(runtime.remote, publisher, canonicalizer)
+        runtime.remotes = [RemoteSync(RemoteStore(config), archive, canonicalizer, store, publisher.locks.lock)
+                           for config in remotes]
+        runtime.capture = Capture(runtime.remotes, publisher, canonicalizer)
         if leadership is not None:
             runtime.roles.add("leadership", runtime._keep_lease, every=settings.leader_lease_seconds / 3)
             runtime.roles.start()
@@ -338,8 +339,8 @@ class Runtime:
         self.hub.notices.stop()
         self.publisher.relay.stop()
         self.sparql.close()
-        if self.remote is not None:
-            self.remote.store.close()
+        for sync in self.remotes:
+            sync.store.close()
         self.log.close()
         self.canonicalizer.close()
         self.store.close()

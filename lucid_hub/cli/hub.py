@@ -132,8 +132,10 @@ def worker(state: Context, name: str | None) -> None:
 @click.option("--token", envvar="LUCID_HUB_TOKEN", help="An admin's access token for --hub (or LUCID_HUB_TOKEN).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
               help="Diff engine (without a running hub): spark for large graphs (LUCID_SPARK_MASTER).")
+@click.option("--store", "store", help="The store to capture from, where several keep the graph.")
 @pass_ctx
-def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token: str | None, engine: str) -> None:
+def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token: str | None, engine: str,
+            store: str | None) -> None:
     """Publish what applications changed in the operator's store as patches (author `capture`)."""
     remote = hub_for(state, hub_url, token)  # (beside a hub serving the data directory: through it)
     if remote:
@@ -143,7 +145,8 @@ def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token:
             raise InputError("--graph is required with a running hub: name the graphs to capture")
         if engine == "spark":
             raise InputError("--engine spark needs the data directory to itself: the running hub diffs in its process")
-        done = [call_hub(*remote, "POST", "/admin/store/capture", params={"graph": g}) for g in graphs]
+        done = [call_hub(*remote, "POST", "/admin/store/capture", params={"graph": g, **({"store": store} if store
+                                                                                          else {})}) for g in graphs]
     else:
         from lucid_hub.cli.base import open_runtime
         from lucid_hub.commands.publish_file import spark_diff
@@ -151,7 +154,7 @@ def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token:
         diff = spark_diff(state.settings) if engine == "spark" else None
         with open_runtime(state) as runtime:
             assert runtime.capture is not None
-            done = [vars(c) for c in ([runtime.capture.graph(g, diff) for g in graphs] if graphs
+            done = [vars(c) for c in ([runtime.capture.graph(g, diff, store) for g in graphs] if graphs
                                       else runtime.capture.all(diff))]
     for item in done:
         click.echo(f"<{item['graph']}>: " + (f"captured as {item['patch']} (-{item['removed']} +{item['added']})"

@@ -43,27 +43,34 @@ class Captured:
     patch: str | None
     removed: int
     added: int
+    store: str = "default"
 
 
 class Capture:
     """Publishes what applications changed in the store's copy of the hub's graphs."""
 
-    def __init__(self, sync: RemoteSync | None, publisher: Publisher, canonicalizer: Canonicalizer) -> None:
-        self.sync = sync
+    def __init__(self, syncs: list[RemoteSync], publisher: Publisher, canonicalizer: Canonicalizer) -> None:
+        self.syncs = syncs
         self.publisher = publisher
         self.canonicalizer = canonicalizer
 
-    def graph(self, graph: str, diff: FileDiff | None = None) -> Captured:
-        """Capture one graph. NotFoundError without a store; InputError for a graph the store
-        does not keep or the hub mirrors; StoreError when the store cannot be brought to the
-        hub's version first (it is down, or refuses). With `diff`, both versions are written
-        to files and diffed by it (Spark) instead of in this process."""
-        sync = self.sync
-        if sync is None:
+    def graph(self, graph: str, diff: FileDiff | None = None, store: str | None = None) -> Captured:
+        """Capture one graph from the store that keeps it (`store` names it where several
+        do). NotFoundError without a store; InputError for a graph no store keeps, several
+        do, or the hub mirrors; StoreError when the store cannot be brought to the hub's
+        version first (it is down, or refuses). With `diff`, both versions are written to
+        files and diffed by it (Spark) instead of in this process."""
+        if not self.syncs:
             raise NotFoundError("this hub keeps no graphs in a store of the operator's (LUCID_STORE_QUERY_URL, "
                                 "LUCID_STORE_UPDATE_URL): there is nothing to capture from")
-        if not sync.store.config.keeps(graph):
-            raise InputError(f"the store does not keep <{graph}> (LUCID_STORE_GRAPHS)")
+        keeping = [s for s in self.syncs if s.store.config.keeps(graph) and store in (None, s.store.config.name)]
+        if not keeping:
+            which = f"the store {store!r}" if store else "no store"
+            raise InputError(f"{which} keeps <{graph}> (LUCID_STORE_GRAPHS, LUCID_STORES_FILE)")
+        if len(keeping) > 1:
+            raise InputError(f"<{graph}> is kept by the stores {', '.join(s.store.config.name for s in keeping)}: "
+                             "name the one to capture from (store=NAME, --store)")
+        (sync,) = keeping
         if self.publisher.read_only(graph):
             raise InputError(f"<{graph}> is a mirror: it changes only through its publisher, never by capture")
         with sync.paused():
@@ -86,17 +93,17 @@ class Capture:
                 patch = None if change is None else self.publisher.publish(
                     graph, lambda _view: change, author=AUTHOR, message=message, expect_prev=True, prev=head)
             if patch is None:
-                return Captured(graph, None, 0, 0)
+                return Captured(graph, None, 0, 0, sync.store.config.name)
             sync.resyncs.add(graph)  # (if the store fails now, the writer's next round does it)
             sync.resync(graph)
             log.info("captured <%s> from the store: patch %s (-%d +%d)", graph, patch.id, len(patch.removed),
                      len(patch.added))
-            return Captured(graph, patch.id, len(patch.removed), len(patch.added))
+            return Captured(graph, patch.id, len(patch.removed), len(patch.added), sync.store.config.name)
 
     def all(self, diff: FileDiff | None = None) -> list[Captured]:
         """Capture every graph the store keeps that this hub owns (the schedule's round)."""
-        if self.sync is None:
+        if not self.syncs:
             raise NotFoundError("this hub keeps no graphs in a store of the operator's: there is nothing to capture")
-        owned = [graph for graph, _head in self.publisher.archive.heads()
-                 if self.sync.store.config.keeps(graph) and not self.publisher.read_only(graph)]
-        return [self.graph(graph, diff) for graph in owned]
+        graphs = [graph for graph, _head in self.publisher.archive.heads() if not self.publisher.read_only(graph)]
+        return [self.graph(graph, diff, sync.store.config.name) for sync in self.syncs for graph in graphs
+                if sync.store.config.keeps(graph)]

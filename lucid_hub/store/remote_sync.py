@@ -160,21 +160,6 @@ class RemoteSync:
         self.written += written
         return written
 
-    def metrics(self) -> list[Metric]:
-        """The store's writer as the last round left it (`/metrics`): patches behind, written,
-        whether the round finished, graphs refused."""
-        behind = GaugeMetricFamily("lucid_store_behind_patches",
-                                   "Patches the operator's store lacked at the end of the last round.")
-        behind.add_metric([], self.behind)
-        written = CounterMetricFamily("lucid_store_written_patches", "Patches written into the operator's store.")
-        written.add_metric([], self.written)
-        up = GaugeMetricFamily("lucid_store_up", "1 when the last round of the store's writer finished.")
-        up.add_metric([], 0 if self.problem else 1)
-        refused = GaugeMetricFamily("lucid_store_refused_graphs",
-                                    "Graphs the store holds triples of that lucid-hub did not write (not written).")
-        refused.add_metric([], len(self.refused))
-        return [behind, written, up, refused]
-
     def lag(self) -> int:
         """Patches the store lacks now (reads the store's versions: readiness and metrics)."""
         held = self.store.versions()
@@ -189,3 +174,24 @@ class RemoteSync:
                 done = 0
             behind += self.archive.length(graph) - done
         return behind
+
+
+def store_metrics(syncs: list[RemoteSync]) -> list[Metric]:
+    """The stores' writers as their last rounds left them (`/metrics`), by store: patches
+    behind, written, whether the round finished, graphs refused."""
+    behind = GaugeMetricFamily("lucid_store_behind_patches",
+                               "Patches the operator's store lacked at the end of the last round.", labels=["store"])
+    written = CounterMetricFamily("lucid_store_written_patches", "Patches written into the operator's store.",
+                                  labels=["store"])
+    up = GaugeMetricFamily("lucid_store_up", "1 when the last round of the store's writer finished.",
+                           labels=["store"])
+    refused = GaugeMetricFamily("lucid_store_refused_graphs",
+                                "Graphs the store holds triples of that lucid-hub did not write (not written).",
+                                labels=["store"])
+    for sync in syncs:
+        name = [sync.store.config.name]
+        behind.add_metric(name, sync.behind)
+        written.add_metric(name, sync.written)
+        up.add_metric(name, 0 if sync.problem else 1)
+        refused.add_metric(name, len(sync.refused))
+    return [behind, written, up, refused]

@@ -151,12 +151,10 @@ rules.register(api, "/rules")  # the same as /rules, for admins: every rule
 @api.get("/store")
 def store_state() -> Response:
     """The operator's store the hub keeps graphs in: where, how far behind, what stops it."""
-    sync = runtime().remote
-    if sync is None:
-        return jsonify({"store": None})
-    return jsonify({"store": sync.store.name, "blank_nodes": sync.store.config.blank_nodes,
-                    "graphs": list(sync.store.config.graphs), "behind": sync.behind, "written": sync.written,
-                    "problem": sync.problem, "refused": sync.refused})
+    return jsonify({"stores": [{"name": sync.store.config.name, "store": sync.store.name,
+                                "blank_nodes": sync.store.config.blank_nodes, "graphs": list(sync.store.config.graphs),
+                                "behind": sync.behind, "written": sync.written, "problem": sync.problem,
+                                "refused": sync.refused} for sync in runtime().remotes]})
 
 
 @api.post("/store/capture")
@@ -165,8 +163,9 @@ def capture() -> Response:
     hub = runtime()
     if hub.capture is None:
         raise NotFoundError("this hub keeps no graphs in a store of the operator's")
-    done = hub.capture.graph(graph_param())
-    return jsonify({"graph": done.graph, "patch": done.patch, "removed": done.removed, "added": done.added})
+    done = hub.capture.graph(graph_param(), store=request.args.get("store"))
+    return jsonify({"graph": done.graph, "store": done.store, "patch": done.patch, "removed": done.removed,
+                    "added": done.added})
 
 
 @api.get("/clients")

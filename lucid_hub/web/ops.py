@@ -49,21 +49,21 @@ def readyz() -> Response:
     if lag > hub.settings.ready_max_lag:
         return plain(503, f"catching up: this replica's store is {lag} patches behind the archive "
                           f"(ready at {hub.settings.ready_max_lag} or fewer)")
-    if hub.remote is not None:
+    for sync in hub.remotes:  # the operator's own stores
         try:
-            behind = hub.remote.lag()
+            behind = sync.lag()
         except StoreError as exc:
-            return plain(503, f"store unreachable: {exc}")
-        if hub.remote.problem:
-            return plain(503, f"store not ready: {hub.remote.problem}")
+            return plain(503, f"store {sync.store.config.name} unreachable: {exc}")
+        if sync.problem:
+            return plain(503, f"store {sync.store.config.name} not ready: {sync.problem}")
         if behind > hub.settings.ready_max_lag:
-            return plain(503, f"catching up: the store {hub.remote.store.name} is {behind} patches behind the "
+            return plain(503, f"catching up: the store {sync.store.name} is {behind} patches behind the "
                               f"archive (ready at {hub.settings.ready_max_lag} or fewer)")
     # A partner's trouble is its mirror's, not the hub's: named, and still ready.
     stuck = "".join(f"; mirror of <{graph}> is not following: {reason}" for graph, reason in
                     sorted(hub.mirrors.stuck().items()))
-    if hub.remote is not None:
-        stuck += "".join(f"; {reason}" for _graph, reason in sorted(hub.remote.refused.items()))
+    for sync in hub.remotes:
+        stuck += "".join(f"; {reason}" for _graph, reason in sorted(sync.refused.items()))
     return plain(200, "ready" + stuck)
 
 

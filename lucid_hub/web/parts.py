@@ -54,7 +54,7 @@ class HubParts(Protocol):
     streams: StreamIndex
     inbox: Inbox
     rules: RuleService
-    remote: RemoteSync | None
+    remotes: list[RemoteSync]
     capture: Capture | None
     leader: bool
 

@@ -80,7 +80,8 @@ def test_a_mirror_applies_into_the_partners_store_through_restarts_and_catch_up(
                          port=partner_port) as partner:
             wait(lambda: store.version(G) == heads[-1], show=lambda: (mirror(partner), ready(partner).text))
             assert held(store) == graph_of(publisher)
-            assert partner.runtime.remote is not None and partner.runtime.remote.lag() == 0
+            (sync,) = partner.runtime.remotes
+            assert sync.lag() == 0
     store.close()
 
 
@@ -99,16 +100,17 @@ def test_owned_graphs_are_written_through_and_a_store_that_was_down_catches_up(
             answer = ready(hub)
             assert answer.status_code == 503 and "store" in answer.text and oxigraph.update_url.split("/")[2] \
                 in answer.text, answer.text
-            wait(lambda: "lucid_store_up 0.0" in metrics(hub))
+            wait(lambda: 'lucid_store_up{store="default"} 0.0' in metrics(hub))
             overview = console(hub).get(f"{hub.url}/admin/ui/overview", timeout=30).text
-            assert "Your store is not written" in overview and "does not answer" in overview
+            assert "Your store default is not written" in overview and "does not answer" in overview
         finally:
             oxigraph.start()
         wait(lambda: store.version(G) == later[-1], show=lambda: ready(hub).text)
         assert held(store) == graph_of(hub)
         wait(lambda: ready(hub).status_code == 200, show=lambda: ready(hub).text)
-        wait(lambda: "lucid_store_up 1.0" in metrics(hub) and "lucid_store_behind_patches 0.0" in metrics(hub))
-        assert "lucid_store_written_patches_total 4.0" in metrics(hub)
+        wait(lambda: 'lucid_store_up{store="default"} 1.0' in metrics(hub)
+             and 'lucid_store_behind_patches{store="default"} 0.0' in metrics(hub))
+        assert 'lucid_store_written_patches_total{store="default"} 4.0' in metrics(hub)
         # a graph deleted from the hub is dropped from the store with its version
         assert hub.http.delete(f"{hub.url}/graphs", params={"graph": G}, timeout=30).status_code in (200, 204)
         wait(lambda: held(store) == graph_of(hub), show=lambda: (store.version(G), graph_of(hub)))
@@ -125,7 +127,7 @@ def test_a_graph_the_store_holds_already_is_not_overwritten(tmp_path: Path, oxig
     store = store_of(env)
     with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", {**DEV, **env}) as hub:
         publish(hub, version(0))
-        wait(lambda: G in (hub.runtime.remote.refused if hub.runtime.remote else {}))
+        wait(lambda: G in hub.runtime.remotes[0].refused)
         text = ready(hub).text
         assert "lucid-hub did not write" in text and G in text
         overview = console(hub).get(f"{hub.url}/admin/ui/overview", timeout=30).text  # the console says so too
@@ -209,8 +211,8 @@ def test_capture_refuses_what_it_cannot_do_with_a_reason(tmp_path: Path, oxigrap
         assert anonymous.status_code == 401
         reader = hub.session(hub.token("reader", (), ("graphs:read",)))
         assert reader.post(f"{hub.url}/admin/store/capture", params={"graph": G}, timeout=30).status_code == 403
-        state = hub.http.get(f"{hub.url}/admin/store", timeout=30).json()
-        assert state["store"] == oxigraph.update_url and state["problem"] is None
+        (state,) = hub.http.get(f"{hub.url}/admin/store", timeout=30).json()["stores"]
+        assert state["store"] == oxigraph.update_url and state["problem"] is None and state["name"] == "default"
         assert "password" not in str(state).lower()
 
 
@@ -253,7 +255,7 @@ def test_credentials_the_store_refuses_are_named_and_never_shown(tmp_path: Path,
         wait(lambda: "401" in ready(hub).text, show=lambda: ready(hub).text)
         answer = ready(hub)
         assert answer.status_code == 503 and "not-the-password" not in answer.text
-        state = hub.http.get(f"{hub.url}/admin/store", timeout=30).json()
+        (state,) = hub.http.get(f"{hub.url}/admin/store", timeout=30).json()["stores"]
         assert "401" in state["problem"] and "not-the-password" not in str(state)
     anonymous = virtuoso.env(LUCID_STORE_BLANK_NODES="skolem", LUCID_STORE_USER="", LUCID_STORE_PASSWORD_FILE="",
                              LUCID_STORE_AUTH="basic")
@@ -293,7 +295,7 @@ def test_a_large_graph_is_captured_with_the_spark_diff(tmp_path: Path, oxigraph:
         wait(lambda: store.version(G) == first)
         edit_directly(oxigraph)
         edited = held(store)
-        assert hub.runtime.capture is not None and hub.runtime.remote is not None
+        assert hub.runtime.capture is not None and hub.runtime.remotes
         done = hub.runtime.capture.graph(G, spark_diff(hub.runtime.settings, spark))
         assert done.patch is not None and (done.removed, done.added) == (1, 2)
         assert hub.runtime.archive.patch(done.patch).author == "capture"
@@ -331,3 +333,68 @@ def test_a_previous_releases_archive_is_written_into_the_store_patch_by_patch(
                 published = [str(q.triple) for q in ox.parse(text.encode(), format=ox.RdfFormat.N_TRIPLES)]
                 assert by_value(store.statements(graph)) == by_value(published), graph
         store.close()
+
+
+def test_graphs_go_to_the_stores_that_keep_them(tmp_path: Path, oxigraph: stores.RunningStore,
+                                               virtuoso: stores.RunningStore) -> None:
+    import json
+
+    oxigraph.clear()
+    virtuoso.clear()
+    orders = "https://acme.example/graphs/orders"
+    erp = {"name": "erp", "graphs": [orders], "blank_nodes": "skolem",
+           **{key[len("LUCID_STORE_"):].lower(): value for key, value in virtuoso.env().items()}}
+    (tmp_path / "stores.json").write_text(json.dumps([erp]))
+    env = oxigraph.env(LUCID_STORE_GRAPHS=G, LUCID_STORES_FILE=str(tmp_path / "stores.json"))
+    kpi_store = store_of(oxigraph.env())
+    erp_store = store_of(virtuoso.env(LUCID_STORE_BLANK_NODES="skolem"))
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", {**DEV, **env}) as hub:
+        kpi = publish(hub, version(1))
+        answer = hub.http.put(f"{hub.url}/graphs", params={"graph": orders}, headers={"Content-Type": "text/turtle"},
+                              data=b'<http://example.org/o1> <http://example.org/lines> [ <http://example.org/q> "2" ] .',
+                              timeout=30)
+        assert answer.status_code in (200, 201), answer.text
+        order = answer.json()["patch"]
+        wait(lambda: kpi_store.version(G) == kpi and erp_store.version(orders) == order, show=lambda: ready(hub).text)
+        assert kpi_store.version(orders) is None and erp_store.version(G) is None  # each only its own
+        assert whole_canonical(erp_store.statements(orders)) == whole_canonical(hub.runtime.store.statements(orders))
+        states = hub.http.get(f"{hub.url}/admin/store", timeout=30).json()["stores"]
+        assert [s["name"] for s in states] == ["default", "erp"] and "dba" not in str(states)
+        assert 'lucid_store_up{store="erp"} 1.0' in metrics(hub)
+        edit = requests.post(virtuoso.query_url, timeout=30, data={  # (another application of the store)
+            "update": f'INSERT DATA {{ GRAPH <{orders}> {{ <http://example.org/o1> <http://example.org/note> "x" }} }}'})
+        assert edit.status_code < 300
+        captured = hub.http.post(f"{hub.url}/admin/store/capture", params={"graph": orders}, timeout=60).json()
+        assert captured["store"] == "erp" and (captured["removed"], captured["added"]) == (0, 1)
+    kpi_store.close()
+    erp_store.close()
+
+
+def test_a_stores_file_that_is_wrong_is_refused_with_a_reason(tmp_path: Path) -> None:
+    import json
+
+    from lucid_hub.errors import ConfigError
+
+    def refused(content: str) -> str:
+        path = tmp_path / "stores.json"
+        path.write_text(content)
+        with pytest.raises(ConfigError) as caught:
+            RemoteConfig.all(Settings.from_env({"LUCID_STORES_FILE": str(path)}))
+        return str(caught.value)
+
+    good = {"name": "erp", "query_url": "http://s/q", "update_url": "http://s/u"}
+    assert "not readable as JSON" in refused("[{")
+    assert "JSON list of stores" in refused('{"name": "erp"}')
+    assert "lowercase letters" in refused(json.dumps([{**good, "name": "ERP store"}]))
+    assert "two stores are named 'erp'" in refused(json.dumps([good, good]))
+    assert "unknown key 'pasword'" in refused(json.dumps([{**good, "pasword": "x"}]))
+    assert "store 'erp': update_url is not set" in refused(json.dumps([{**good, "update_url": ""}]))
+    assert "password_file: cannot read" in refused(json.dumps([{**good, "user": "u", "password_file": "/nonexistent"}]))
+    assert "must be positive" in refused(json.dumps([{**good, "timeout": 0}]))
+    with pytest.raises(ConfigError, match="LUCID_STORES_FILE: no file"):
+        RemoteConfig.all(Settings.from_env({"LUCID_STORES_FILE": str(tmp_path / "missing.json")}))
+    (tmp_path / "secret").write_text("s3cret\n")
+    (tmp_path / "stores.json").write_text(json.dumps([{**good, "user": "u", "password_file": str(tmp_path / "secret"),
+                                                       "graphs": ["http://x/*"]}]))
+    (store,) = RemoteConfig.all(Settings.from_env({"LUCID_STORES_FILE": str(tmp_path / "stores.json")}))
+    assert store.name == "erp" and store.password == "s3cret" and store.keeps("http://x/g") and "s3cret" not in repr(store)

@@ -58,12 +58,12 @@ def overview() -> Any:
                       if f["outcome"] in ("failed", "rolled-back"))
     for rule, count in sorted(failing.items()):
         attention.append(("Rule failing", f"{rule}: {count} of its recent firings failed (lucid-hub rules show)", ""))
-    store = hub.remote
-    if store is not None:  # (the leader's last round: a follower's page shows none)
+    for store in hub.remotes:  # (the leader's last rounds: a follower's page shows none)
         if store.problem:
-            attention.append(("Your store is not written", store.problem, "/admin/store"))
+            attention.append((f"Your store {store.store.config.name} is not written", store.problem, "/admin/store"))
         elif store.behind >= LAGGING:
-            attention.append(("Your store is behind", f"{store.store.name}: {store.behind} patches", "/admin/store"))
+            attention.append((f"Your store {store.store.config.name} is behind",
+                              f"{store.store.name}: {store.behind} patches", "/admin/store"))
         for graph, reason in sorted(store.refused.items()):
             attention.append(("Graph not written to your store", reason, f"graph?graph={graph}"))
     age = key_age_days(hub.keys.active_path)
