@@ -79,15 +79,16 @@ def test_a_large_document_or_received_patch_pauses_collection_while_it_is_read(
         assert len(raw) >= gcpause.LARGE_CHANGE * gcpause.BYTES_PER_ROW
         import lucid_hub.rdf.rdfpatch as rdfpatch
 
-        real = rdfpatch.parse_rdf_patch
+        real = rdfpatch._read_canonical  # (the one-pass reader of a canonical format 2 patch)
 
-        def spying(body: bytes, canon: Canonicalizer, graph: str | None = None) -> object:
+        def spying(parts: rdfpatch.WireParts, canon: Canonicalizer) -> object:
             seen.append(gc.isenabled())
-            return real(body, canon, graph)
+            return real(parts, canon)
 
-        rdfpatch.parse_rdf_patch = spying  # type: ignore[assignment]
+        rdfpatch._read_canonical = spying  # type: ignore[assignment]
         try:
-            verify_patch_bytes(raw, trusted, canonicalizer)
+            verified = verify_patch_bytes(raw, trusted, canonicalizer)
         finally:
-            rdfpatch.parse_rdf_patch = real
+            rdfpatch._read_canonical = real
     assert seen == [False] and gc.isenabled()
+    assert raw.startswith(f"H id <{verified.id}> .".encode())
