@@ -21,7 +21,6 @@ nodes.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 import pyoxigraph as ox
@@ -33,8 +32,6 @@ from lucid_hub.rdf.patch import Patch
 from lucid_hub.store.layout import MSG, OCCURRENCE, SYSTEM, VERSION, index_graph
 from lucid_hub.store.remote_config import RemoteConfig
 from lucid_hub.store.remote_updates import Occurrences, UpdateRenderer
-
-log = logging.getLogger(__name__)
 
 __all__ = ["RemoteConfig", "RemoteStore", "UpdateRenderer"]
 

@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from lucid_hub.archive import Archive
-from lucid_hub.db.models import PatchRecord
+from lucid_hub.archive.chains import ChainLink
 from lucid_hub.errors import ConfigError, NotFoundError, StoreError
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.patch import Patch
@@ -87,7 +87,7 @@ class RemoteSync:
             at = self.store.version(graph)
             if at == self.archive.current_head(graph) or (at is None and not self.store.is_empty(graph)):
                 break
-            if not self._write(self.archive.after(graph, at)):
+            if not self._write(self._pending(graph, at)[0]):
                 break
         if self.store.version(graph) != self.archive.current_head(graph):
             raise StoreError(f"the store at {self.store.name} does not hold <{graph}> at this hub's version "
@@ -126,21 +126,29 @@ class RemoteSync:
                 refused[graph] = (f"the store's graph <{graph}> holds triples lucid-hub did not write: empty it, "
                                   "or keep the graph elsewhere (LUCID_STORE_GRAPHS)")
                 continue
-            try:
-                pending = self.archive.after(graph, at)
-            except StoreError:  # a version this archive does not know (a mirror cloned again): start over
-                log.warning("store %s holds <%s> at %s, off this hub's chain: writing it again from the start",
-                            self.store.name, graph, at)
-                self.store.drop(graph)
-                pending = self.archive.after(graph, None)
+            pending, remaining = self._pending(graph, at)
             written = self._write(pending)
-            behind += len(pending) - written
-            more = more or written < len(pending)
+            behind += remaining - written
+            more = more or written < remaining
         self.refused = refused
         self.behind = behind
         return more
 
-    def _write(self, records: list[PatchRecord]) -> int:
+    def _pending(self, graph: str, at: str | None) -> tuple[list[ChainLink], int]:
+        """The next patches of `graph` after `at` (one batch, read from the archive: a store far
+        behind is not read whole every round) and how many remain in all. A version this
+        archive does not know (a mirror cloned again): the store's graph is written again from
+        the start."""
+        try:
+            done = self.archive.position(at, graph) if at is not None else 0
+        except NotFoundError:
+            log.warning("store %s holds <%s> at %s, off this hub's chain: writing it again from the start",
+                        self.store.name, graph, at)
+            self.store.drop(graph)
+            done = 0
+        return self.archive.chain(graph, done, BATCH_PATCHES, bodies=True), self.archive.length(graph) - done
+
+    def _write(self, records: list[ChainLink]) -> int:
         """Write up to BATCH_PATCHES of the records' patches, in requests of BATCH_ROWS rows."""
         batch: list[Patch] = []
         rows = 0
