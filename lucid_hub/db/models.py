@@ -296,6 +296,11 @@ class WindowedQuery(Base):
     range_spec: Mapped[str] = mapped_column(String(32))  # as registered: "1h", "100" (patches)
     step_spec: Mapped[str] = mapped_column(String(32))
     with_state: Mapped[bool] = mapped_column(Boolean, default=False)
+    # What the default graph holds: "changes" (the reified view) or "triples" (the triples
+    # the window's patches added, as C-SPARQL's queries expect).
+    view: Mapped[str] = mapped_column(String(16), default="changes", server_default="changes")
+    dataset: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")  # JSON: static graphs
+    source: Mapped[str | None] = mapped_column(Text)  # the C-SPARQL registration, when it came as one
     state: Mapped[str] = mapped_column(String(16), index=True)  # active, paused, ended
     reason: Mapped[str] = mapped_column(String(1024), default="")
     # Where the next window ends: a time (time windows) or a position in the graphs' merged

@@ -206,13 +206,15 @@ class QueryEngine:
             result: dict[str, Any] = json.loads(answer.body)
             return result
 
-    def window(self, text: str, window: str, changes: list[str], state: dict[str, list[str]]) -> dict[str, Any]:
-        """A windowed query's results over its window's changes (graph `window`) and the
-        graphs' states (worker.py, `_window`)."""
+    def window(self, text: str, window: str, changes: list[str], state: dict[str, list[str]], *,
+               default: list[str] | None = None, named: list[str] | None = None) -> dict[str, Any]:
+        """A windowed query's results over its window's statements (graph `window`) and other
+        graphs (`state`): the dataset's default graph merges `default` (else `window`), its
+        named graphs are `named` (else `window` and the states) (query_process.py, `_window`)."""
         with self.lock:
             body = json.dumps({"changes": changes, "state": state}).encode()
             answer = self._call({"op": "window", "text": text, "window": window, "max_bytes": self.max_result_bytes,
-                                 "base": self.base}, body)
+                                 "base": self.base, "default": default, "named": named}, body)
             result: dict[str, Any] = json.loads(answer.body)
             return result
 

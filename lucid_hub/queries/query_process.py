@@ -529,8 +529,9 @@ def _evaluate(request: Frame) -> Frame:
 
 
 def _window(request: Frame) -> Frame:
-    """A windowed query over its own dataset: the window's changes (the default graph, also
-    named `WINDOW`) and, when sent, the graphs' states at the window's end (named graphs)."""
+    """A windowed query over its own dataset: the window's statements (graph `window`) and
+    other graphs (`state`); the default graph merges `default` (else the window's), the named
+    graphs are `named` (else the window's and the states)."""
     header, data = request.header, json.loads(request.body)
     text = str(header["text"])
     _parsed, form = _parse(text, "a windowed query is a SELECT, ASK or CONSTRUCT query")
@@ -539,8 +540,9 @@ def _window(request: Frame) -> Frame:
     store.extend(_quads(data["changes"], ox.NamedNode(window)))
     for graph, lines in data["state"].items():
         store.extend(_quads(lines, ox.NamedNode(graph)))
-    return _run(store, text, header.get("base"), [window], [window, *data["state"]], form,
-                int(header.get("max_bytes") or 0))
+    default = header.get("default") or [window]
+    named = header.get("named") or [window, *data["state"]]
+    return _run(store, text, header.get("base"), default, named, form, int(header.get("max_bytes") or 0))
 
 
 def _run(store: ox.Store, text: str, base: str | None, default: list[str], named: list[str], form: str,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,31 +26,64 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 
 WINDOW_GRAPH = "urn:lucid-hub:window"
+REMOVED_GRAPH = "urn:lucid-hub:window:removed"  # the triples view: what the window's patches removed
 LH = "https://w3id.org/lucid-hub#"
 RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
 XSD = "http://www.w3.org/2001/XMLSchema#"
 MAX_PATCHES = 10_000  # patches one window may hold
+MAX_TRIPLES = 1_000_000  # triples a triple window may hold
+_TRIPLES = re.compile(r"(\d{1,7})\s*triples", re.IGNORECASE)
 _DURATION = re.compile(r"(\d{1,9})(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 @dataclass(frozen=True)
 class Window:
-    """A window's range and step: seconds (time windows) or patches (count windows)."""
+    """A window's range and step: seconds (time windows) or patches (count windows); or, for
+    a triple window (C-SPARQL's physical `[RANGE TRIPLES n]`), the last `range` triples added,
+    evaluated every `step` (seconds or patches)."""
 
     range: float
     step: float
-    by_time: bool
+    by_time: bool  # whether the step is a duration
+    triples: bool = False
 
     @classmethod
     def parse(cls, range_spec: Any, step_spec: Any) -> Window:
-        size, by_time = _spec(range_spec, "range")
         step, step_by_time = _spec(step_spec, "step")
+        if step_by_time and step < 1:
+            raise InputError("a step shorter than 1s is not offered")
+        counted = _TRIPLES.fullmatch(range_spec.strip()) if isinstance(range_spec, str) else None
+        if counted is not None:
+            held = int(counted.group(1))
+            if not 1 <= held <= MAX_TRIPLES:
+                raise InputError(f"a triple window holds 1 to {MAX_TRIPLES:,} triples")
+            return cls(float(held), step, step_by_time, triples=True)
+        size, by_time = _spec(range_spec, "range")
         if by_time != step_by_time:
             raise InputError("range and step must both be durations (e.g. 1h and 10m) or both patch counts")
-        if by_time and step < 1:
-            raise InputError("a step shorter than 1s is not offered")
         return cls(size, step, by_time)
+
+    def describe(self) -> tuple[str, str]:
+        """The window as the Streaming Linked Data vocabulary names it: its sld:windowType
+        (local name) and sld:windowSize (an xsd:duration, or a number of triples)."""
+        if self.triples:
+            return "physical", str(int(self.range))
+        if not self.by_time:
+            return "count", str(int(self.range))
+        kind = "logicalTumbling" if self.step == self.range else "logicalSliding"
+        return kind, _xsd_duration(self.range)
+
+
+def _xsd_duration(seconds: float) -> str:
+    whole = int(seconds)
+    if whole != seconds:
+        return f"PT{seconds:.3f}S"
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    time = "".join(f"{v}{u}" for v, u in ((hours, "H"), (minutes, "M"), (secs, "S")) if v)
+    return "P" + (f"{days}D" if days else "") + (f"T{time}" if time else ("" if days else "T0S"))
 
 
 def _spec(value: Any, what: str) -> tuple[float, bool]:
@@ -172,22 +206,115 @@ class WindowContent:
         """The output element of the window ending at `end` (a time, or a position in the
         merged history): what it held and the query's results over it."""
         graphs = graphs_of(row)
-        if isinstance(end, datetime):
-            start = end - timedelta(seconds=window.range)
-            records = self.records(graphs, start=start, end=end)
-            bounds: dict[str, Any] = {"windowStart": iso(start), "windowEnd": iso(end)}
-            states = self.states(graphs, records, end) if row.with_state else {}
+        bounds: dict[str, Any]
+        held: list[str] | None = None
+        if window.triples:
+            records, held = self.last_triples(graphs, int(window.range), end)
+            start: Any = (iso(aware(records[0].created)) if isinstance(end, datetime)
+                          else self.position_of(graphs, records[0])) if records else None
+            bounds = {"windowStart": start, "windowEnd": iso(end) if isinstance(end, datetime) else end,
+                      "triples": len(held)}
+        elif isinstance(end, datetime):
+            start_at = end - timedelta(seconds=window.range)
+            records = self.records(graphs, start=start_at, end=end)
+            bounds = {"windowStart": iso(start_at), "windowEnd": iso(end)}
         else:
             first = max(1, end - int(window.range) + 1)
             records = self.records(graphs, first=first, last=end)
             bounds = {"windowStart": first, "windowEnd": end}
-            states = self.states(graphs, records, None) if row.with_state else {}
-        results = self.engine.window(row.query, WINDOW_GRAPH, self.changes(records), states)
+        time_end = end if isinstance(end, datetime) else None
+        dataset = dataset_of(row)
+        states = self.states(graphs, records, time_end) if row.with_state else {}
+        statics = [g for g in dataset["default"] + dataset["named"] if g not in states]
+        states.update(self.states(statics, records, time_end) if statics else {})
+        named = [WINDOW_GRAPH, *(graphs if row.with_state else []), *dataset["named"]]
+        if row.view == "triples":
+            added, removed = self.statements(records)
+            lines = held if held is not None else added
+            states[REMOVED_GRAPH] = removed
+            named.insert(1, REMOVED_GRAPH)
+        else:
+            lines = self.changes(records)
+        results = self.engine.window(row.query, WINDOW_GRAPH, lines, states,
+                                     default=[WINDOW_GRAPH, *dataset["default"]], named=named)
         return {"query": row.name, **bounds, "patches": [r.id for r in records], "results": _as_sparql_json(results)}
+
+    def statements(self, records: list[PatchRecord]) -> tuple[list[str], list[str]]:
+        """The triples the window's patches added and removed, in stream order (blank nodes
+        local to one MSG of one patch, as in `changes`)."""
+        added: list[str] = []
+        removed: list[str] = []
+        for record in records:
+            patch = read_rdf_patch(record.body, self.canonicalizer)
+            for out, kind, msgs in ((removed, "R", patch.removed), (added, "A", patch.added)):
+                for index, msg in enumerate(msgs):
+                    out += [" ".join(_split(st, f"m{record.seq}x{kind}{index}")) for st in msg.statements]
+        return added, removed
+
+    def last_triples(self, graphs: list[str], count: int, end: datetime | int) -> tuple[list[PatchRecord], list[str]]:
+        """A triple window: the last `count` triples added up to `end` (a time, or a position
+        in the merged history), and the patches they came from, oldest first. Reads back at
+        most MAX_PATCHES patches."""
+        taken: list[tuple[PatchRecord, list[str]]] = []
+        held = 0
+        for record in self._backwards(graphs, end):
+            added, _removed = self.statements([record])
+            if not added:
+                continue
+            keep = added[-(count - held):]
+            taken.append((record, keep))
+            held += len(keep)
+            if held >= count:
+                break
+        taken.reverse()
+        return [r for r, _ in taken], [line for _, lines in taken for line in lines]
+
+    def _backwards(self, graphs: list[str], end: datetime | int, batch: int = 200) -> Iterator[PatchRecord]:
+        """The graphs' patches up to `end`, newest first (at most MAX_PATCHES)."""
+        order = (PatchRecord.created.desc(), PatchRecord.graph.desc(), PatchRecord.seq.desc())
+        for offset in range(0, MAX_PATCHES, batch):
+            if isinstance(end, datetime):
+                query = select(PatchRecord).where(PatchRecord.graph.in_(graphs), PatchRecord.created <= end)
+                query = query.order_by(*order).offset(offset).limit(batch)
+                with self.db.session() as session:
+                    found = list(session.scalars(query))
+                    session.expunge_all()
+            else:
+                last = end - offset
+                if last < 1:
+                    return
+                found = list(reversed(self.records(graphs, first=max(1, last - batch + 1), last=last)))
+            yield from found
+            if len(found) < batch:
+                return
+
+    def position_of(self, graphs: list[str], record: PatchRecord) -> int:
+        """The record's position in the graphs' merged history (1-based)."""
+        with self.db.session() as session:
+            before = session.scalar(select(func.count()).select_from(PatchRecord).where(
+                PatchRecord.graph.in_(graphs), or_(
+                    PatchRecord.created < record.created,
+                    and_(PatchRecord.created == record.created, PatchRecord.graph < record.graph),
+                    and_(PatchRecord.created == record.created, PatchRecord.graph == record.graph,
+                         PatchRecord.seq < record.seq))))
+        return int(before or 0) + 1
 
 
 def graphs_of(row: WindowedQuery) -> list[str]:
     return list(json.loads(row.graphs))
+
+
+def read_by(row: WindowedQuery) -> list[str]:
+    """Every graph the query reads: its streams and its static graphs."""
+    dataset = dataset_of(row)
+    return sorted(set(graphs_of(row)) | set(dataset["default"]) | set(dataset["named"]))
+
+
+def dataset_of(row: WindowedQuery) -> dict[str, list[str]]:
+    """The query's static graphs: `default` (merged into the default graph, C-SPARQL's FROM)
+    and `named` (FROM NAMED)."""
+    found = json.loads(row.dataset or "{}")
+    return {"default": list(found.get("default", [])), "named": list(found.get("named", []))}
 
 
 def _split(statement: str, scope: str) -> tuple[str, str, str]:

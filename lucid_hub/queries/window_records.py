@@ -4,6 +4,8 @@ and `windowed_results`."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, delete, func, select, update
@@ -13,8 +15,17 @@ from lucid_hub.auth.tokens import Principal
 from lucid_hub.config import Settings
 from lucid_hub.db.models import WindowedQuery, WindowedResult
 from lucid_hub.db.session import Database
-from lucid_hub.db.times import now
+from lucid_hub.db.times import aware, now
 from lucid_hub.errors import ConflictError, NotFoundError
+
+
+@dataclass(frozen=True)
+class Element:
+    """One stored element: its sequence, when it was made, and its body."""
+
+    sequence: int
+    received: datetime
+    body: dict[str, Any]
 
 
 def taken(name: str) -> ConflictError:
@@ -75,6 +86,14 @@ class WindowRecords:
                 WindowedResult.query == ident, WindowedResult.sequence > after)
                 .order_by(WindowedResult.sequence).limit(limit)).all()
         return [(seq, json.loads(body)) for seq, body in found]
+
+    def elements(self, ident: str, first: int, last: int) -> list[Element]:
+        """The kept elements numbered first..last, with when each was made."""
+        with self.db.session() as session:
+            found = session.execute(select(WindowedResult).where(
+                WindowedResult.query == ident, WindowedResult.sequence >= first, WindowedResult.sequence <= last)
+                .order_by(WindowedResult.sequence)).scalars().all()
+            return [Element(r.sequence, aware(r.created_at), json.loads(r.body)) for r in found]
 
     def stored(self, ident: str, sequence: int) -> dict[str, Any] | None:
         with self.db.session() as session:

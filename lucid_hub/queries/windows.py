@@ -22,10 +22,7 @@ and evaluates it, `window_records.py` keeps the rows and results.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +38,6 @@ from lucid_hub.errors import (
     ConflictError,
     ForbiddenError,
     InputError,
-    InputTooLargeError,
     NotFoundError,
     QueryLimitExceeded,
 )
@@ -50,8 +46,9 @@ from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish.publisher import Publisher
 from lucid_hub.queries.evaluator import BudgetExceeded, Overruns, QueryEngine, Refusal
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
-from lucid_hub.queries.window_content import WINDOW_GRAPH, Window, WindowContent, graphs_of
-from lucid_hub.queries.window_records import WindowRecords, taken
+from lucid_hub.queries.window_content import WINDOW_GRAPH, Window, WindowContent, dataset_of, graphs_of, read_by
+from lucid_hub.queries.window_records import WindowRecords
+from lucid_hub.queries.window_registration import Registrar
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.supervisor import Supervisor
 
@@ -60,7 +57,6 @@ log = logging.getLogger(__name__)
 GRACE = 2.0  # seconds after a time window's end before it is evaluated (commits in flight)
 LOOK = 0.5  # seconds between looks for windows that have ended
 CATCH_UP = 100  # missed windows evaluated after a pause or restart (older ones are skipped)
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 __all__ = ["GRACE", "WINDOW_GRAPH", "Window", "WindowService"]
 
@@ -88,6 +84,8 @@ class WindowService:
         self.clock = clock
         self.content = WindowContent(settings, db, publisher, canonicalizer, engine)
         self.records = WindowRecords(settings, db)
+        self.registrar = Registrar(settings, policies, self.records, self.content, self.trial, self.overruns,
+                                   lambda: self.clock())  # the service's clock, as tests move it
         self._stop = threading.Event()
         self._started = False
         self._cond = threading.Condition()
@@ -115,56 +113,6 @@ class WindowService:
         self.webhooks.stop()
         self.engine.close()
         self.trial.close()
-
-    # --- registration ------------------------------------------------------------------
-    def register(self, caller: Principal, name: str, text: str, graphs: list[str], range_spec: Any,
-                 step_spec: Any, *, with_state: bool = False, callback: str | None = None,
-                 secret: str | None = None) -> dict[str, Any]:
-        self.overruns.check(caller.party.account)  # first: a refused party's flood costs the least
-        if not _NAME.fullmatch(name):
-            raise InputError("a windowed query's name is 1-64 letters, digits, '.', '_' or '-', starting with a "
-                             "letter or digit")
-        if len(text.encode()) > self.settings.max_query_bytes:
-            raise InputTooLargeError(f"the query is longer than {self.settings.max_query_bytes:,} bytes "
-                                     "(LUCID_MAX_QUERY_BYTES)")
-        window = Window.parse(range_spec, step_spec)
-        if not graphs or len(graphs) > 100 or not all(isinstance(g, str) and g for g in graphs):
-            raise InputError("graphs must list 1-100 graph IRIs whose patches the window holds")
-        party = caller.party
-        unreadable = [g for g in graphs if g not in set(self.policies.readable(party, graphs))]
-        if unreadable:
-            raise ForbiddenError(f"{party.account} may not read {', '.join(unreadable[:5])}")
-        held = self.records.held(party.account)
-        if held >= self.settings.query_subscriptions_per_party:
-            raise QueryLimitExceeded(f"{party.account} holds {held} windowed queries, the most one party may "
-                                     "hold (LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY)")
-        if self.records.named(party.account, name):
-            raise taken(name)
-        self._check_query(text, party.account)
-        stamp = now()
-        row = WindowedQuery(id="wq-" + secrets.token_hex(12), name=name, account=party.account,
-                            endpoint_id=party.endpoint_id, groups=" ".join(sorted(party.groups)),
-                            token_id=caller.jti, query=text,
-                            graphs=json.dumps(sorted(set(graphs))), range_spec=str(range_spec).strip(),
-                            step_spec=str(step_spec).strip(), with_state=with_state, state="active", reason="",
-                            next_end_at=None, next_end_position=0, sequence=-1, callback=callback, secret=secret,
-                            callback_seq=-1, callback_attempts=0, callback_next_at=None, callback_error="",
-                            created_at=stamp, updated_at=stamp)
-        self.content.schedule(row, window, self.clock())
-        self.records.add(row)
-        return self.describe(caller, name)
-
-    def _check_query(self, text: str, account: str) -> None:
-        """Evaluate the query once on an empty window: a query that does not parse (or is
-        not SELECT/ASK/CONSTRUCT) is refused now, not at its first window."""
-        try:
-            self.trial.window(text, WINDOW_GRAPH, [], {})
-        except Refusal as refusal:
-            raise refusal.as_error() from None
-        except BudgetExceeded as exc:
-            self.overruns.overran(account)
-            raise QueryLimitExceeded(f"the query on an empty window {exc.args[0]} (LUCID_QUERY_BUDGET)") from None
-        self.overruns.completed(account)
 
     # --- evaluation ----------------------------------------------------------------------
     def evaluate_due(self) -> int:
@@ -214,7 +162,7 @@ class WindowService:
 
     def _allowed(self, row: WindowedQuery) -> bool:
         """Whether the query may still see its graphs (ends it when not)."""
-        graphs = graphs_of(row)
+        graphs = read_by(row)
         party = Party(row.account, row.endpoint_id, frozenset(row.groups.split()))
         lost = [g for g in graphs if g not in set(self.policies.readable(party, graphs))]
         if lost:
@@ -239,10 +187,7 @@ class WindowService:
     def replay(self, caller: Principal, name: str, sequence: int) -> dict[str, Any]:
         """A past element evaluated again from the archive (the same, unless the graphs'
         history changed: it does not, patches are immutable)."""
-        row = self.records.own(caller, name)
-        lapse = self._lapse(caller, row)
-        if lapse is not None:
-            raise ForbiddenError(lapse)
+        row = self.readable(caller, name)
         body = self.records.stored(row.id, sequence)
         if body is None:
             raise NotFoundError(f"{name} has no result {sequence} (kept: the last LUCID_QUERY_RETAIN)")
@@ -252,12 +197,21 @@ class WindowService:
         element["sequence"] = sequence
         return element
 
+    def readable(self, caller: Principal, name: str) -> WindowedQuery:
+        """The caller's query, while the caller may read what it stored (403 with the reason
+        once it may not: the query has then ended)."""
+        row = self.records.own(caller, name)
+        lapse = self._lapse(caller, row)
+        if lapse is not None:
+            raise ForbiddenError(lapse)
+        return row
+
     # --- management ----------------------------------------------------------------------
     def _lapse(self, caller: Principal, row: WindowedQuery) -> str | None:
         """Why the caller may no longer read what was stored for its query (None while it
         may), ending the query when it lost access. Asked at each read of stored results:
         access is decided when they are read, not only when they were made."""
-        graphs = graphs_of(row)
+        graphs = read_by(row)
         lost = [g for g in graphs if g not in set(self.policies.readable(caller.party, graphs))]
         if not lost:
             return None
@@ -270,7 +224,8 @@ class WindowService:
         row = self.records.own(caller, name)
         return {"name": row.name, "query": row.query, "graphs": graphs_of(row), "range": row.range_spec,
                 "webhook": webhook_state(row),
-                "step": row.step_spec, "state": row.state, "reason": row.reason or None,
+                "step": row.step_spec, "state": row.state, "reason": row.reason or None, "view": row.view,
+                "static": dataset_of(row), "csparql": row.source,
                 "withState": row.with_state, "lastSequence": row.sequence,
                 "nextWindowEnd": iso(aware(row.next_end_at)) if row.next_end_at else row.next_end_position,
                 "created": iso(row.created_at)}
