@@ -20,6 +20,16 @@ def inbox_url(base: str, graph: str) -> str:
     return f"{base}/inbox?graph={quote(graph, safe='')}"
 
 
+def input_url(base: str, graph: str) -> str:
+    """The graph's stream input: stream elements POSTed here become its patches (docs/streams.md)."""
+    return f"{base}/streams/input?graph={quote(graph, safe='')}"
+
+
+def output_url(base: str, graph: str) -> str:
+    """The graph's stream output: the LDP container of its patches (docs/streams.md)."""
+    return f"{base}/patches?graph={quote(graph, safe='')}"
+
+
 def notification_url(base: str, ident: str) -> str:
     return f"{base}/inbox/notifications/{ident}"
 

@@ -253,6 +253,21 @@ def bench_streams(triples: int, patches: int, clients: str, events: int, rate: f
     run(triples, patches, counts, events, rate, burst, seed)
 
 
+@bench.command("windows")
+@click.option("--windows", default=100, show_default=True, help="C-SPARQL windows registered.")
+@click.option("--rate", default=1000.0, show_default=True, help="Triples per second into the stream.")
+@click.option("--batch", default=100, show_default=True, help="Triples per patch.")
+@click.option("--seconds", default=20.0, show_default=True, help="How long each phase streams.")
+def bench_windows(windows: int, rate: float, batch: int, seconds: float) -> None:
+    """C-SPARQL windows: each window's evaluation time and each step's completion at a steady
+    stream, against the same queries alone."""
+    from lucid_bench.windows import run
+
+    if windows < 2 or rate <= 0 or batch < 2 or seconds < 3:
+        raise InputError("--windows and --batch must be at least 2, --rate positive, --seconds at least 3")
+    run(windows, rate, batch, seconds)
+
+
 @bench.command("rules")
 @click.option("--rules", "counts", default="10,100,1000", show_default=True,
               help="Comma-separated counts of non-matching rules (the set grows through them).")

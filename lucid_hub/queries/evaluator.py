@@ -17,6 +17,7 @@ from lucid_hub.guard import Frame, GuardFailed, GuardProcess
 from lucid_hub.store.graphs import GraphStore, StoreChange
 
 WORKER = "lucid_hub.queries.query_process:handle"
+WINDOW_STORES = 4  # window contents a worker keeps (it is told: `keep`), for the windows alike evaluated next
 # Loading a graph is the store's size, not a subscription's work: it gets this long.
 LOAD_TIMEOUT = 600.0
 
@@ -108,6 +109,7 @@ class QueryEngine:
         self._graphs: dict[str, str | None] = {}  # graph -> version the worker holds
         self._loaded: dict[str, int] = {}  # graph -> the store's generation when it was loaded
         self._registered: dict[str, tuple[str, list[str], list[str] | None, list[str] | None]] = {}
+        self._window_keys: list[str] = []  # the window contents the worker holds, oldest first
 
     # --- the worker ------------------------------------------------------------------------
     def _call(self, header: dict[str, Any], body: bytes = b"", timeout: float | None = None) -> Frame:
@@ -207,14 +209,29 @@ class QueryEngine:
             return result
 
     def window(self, text: str, window: str, changes: list[str], state: dict[str, list[str]], *,
-               default: list[str] | None = None, named: list[str] | None = None) -> dict[str, Any]:
+               default: list[str] | None = None, named: list[str] | None = None,
+               key: str | None = None) -> dict[str, Any]:
         """A windowed query's results over its window's statements (graph `window`) and other
         graphs (`state`): the dataset's default graph merges `default` (else `window`), its
-        named graphs are `named` (else `window` and the states) (query_process.py, `_window`)."""
+        named graphs are `named` (else `window` and the states) (query_process.py, `_window`).
+        With `key` (naming that content), a worker that was sent it last time is not sent it
+        again: windows alike are loaded once. Each query is still one call, on its budget."""
         with self.lock:
-            body = json.dumps({"changes": changes, "state": state}).encode()
-            answer = self._call({"op": "window", "text": text, "window": window, "max_bytes": self.max_result_bytes,
-                                 "base": self.base, "default": default, "named": named}, body)
+            header = {"op": "window", "text": text, "window": window, "max_bytes": self.max_result_bytes,
+                      "base": self.base, "default": default, "named": named, "key": key, "keep": WINDOW_STORES}
+            answer: Frame | None = None
+            if key is not None and key in self._window_keys and self._worker is not None and self._worker.alive():
+                try:
+                    answer = self._call(header)
+                except Refusal as refusal:
+                    if refusal.kind != "reload":
+                        raise
+            if answer is None:
+                if key in self._window_keys:
+                    self._window_keys.remove(key)
+                answer = self._call(header, json.dumps({"changes": changes, "state": state}).encode())
+                if key is not None:  # the worker keeps the last WINDOW_STORES contents, as this list does
+                    self._window_keys = [*self._window_keys, key][-WINDOW_STORES:]
             result: dict[str, Any] = json.loads(answer.body)
             return result
 

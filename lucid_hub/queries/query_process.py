@@ -45,6 +45,7 @@ from lucid_hub.store.sparql_worker import (
 
 _store = ox.Store()
 _subscriptions: dict[str, dict[str, Any]] = {}
+_window_stores: dict[str, ox.Store] = {}  # the last windows' contents, by key (windows alike load once)
 FORMS = {"SelectQuery": "select", "AskQuery": "ask", "ConstructQuery": "construct"}
 
 
@@ -532,16 +533,26 @@ def _window(request: Frame) -> Frame:
     """A windowed query over its own dataset: the window's statements (graph `window`) and
     other graphs (`state`); the default graph merges `default` (else the window's), the named
     graphs are `named` (else the window's and the states)."""
-    header, data = request.header, json.loads(request.body)
+    header = request.header
     text = str(header["text"])
     _parsed, form = _parse(text, "a windowed query is a SELECT, ASK or CONSTRUCT query")
     window = str(header["window"])
-    store = ox.Store()
-    store.extend(_quads(data["changes"], ox.NamedNode(window)))
-    for graph, lines in data["state"].items():
-        store.extend(_quads(lines, ox.NamedNode(graph)))
+    key = header.get("key")
+    store = _window_stores.get(key) if key else None
+    if store is None:
+        if not request.body:
+            raise Refused("reload", "send the window's content again")
+        data = json.loads(request.body)
+        store = ox.Store()
+        store.extend(_quads(data["changes"], ox.NamedNode(window)))
+        for graph, lines in data["state"].items():
+            store.extend(_quads(lines, ox.NamedNode(graph)))
+        if key:
+            _window_stores[key] = store
+            while len(_window_stores) > int(header.get("keep") or 1):
+                _window_stores.pop(next(iter(_window_stores)))
     default = header.get("default") or [window]
-    named = header.get("named") or [window, *data["state"]]
+    named = header.get("named") or [window]
     return _run(store, text, header.get("base"), default, named, form, int(header.get("max_bytes") or 0))
 
 

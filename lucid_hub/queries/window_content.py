@@ -4,9 +4,12 @@ the window's changes described in RDF, and the query's results over all of that.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,6 +34,8 @@ LH = "https://w3id.org/lucid-hub#"
 RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
 XSD = "http://www.w3.org/2001/XMLSchema#"
 MAX_PATCHES = 10_000  # patches one window may hold
+HELD = 8  # windows' contents kept for the alike windows evaluated next
+CACHED_STATEMENTS = 500_000  # patches' triples kept parsed for the windows' next steps
 MAX_TRIPLES = 1_000_000  # triples a triple window may hold
 _TRIPLES = re.compile(r"(\d{1,7})\s*triples", re.IGNORECASE)
 _DURATION = re.compile(r"(\d{1,9})(ms|s|m|h|d)")
@@ -115,6 +120,20 @@ def _literal(value: str, datatype: str | None = None) -> str:
     return escaped + (f"^^<{datatype}>" if datatype else "")
 
 
+@dataclass(frozen=True)
+class Held:
+    """What one window holds: its bounds, patches, statements, other graphs, and the dataset
+    its query sees (the default graph's parts, the named graphs)."""
+
+    key: str
+    bounds: dict[str, Any]
+    patches: list[str]
+    lines: list[str]
+    states: dict[str, list[str]]
+    default: list[str]
+    named: list[str]
+
+
 class WindowContent:
     """A window's patches, states and changes, read from the archive, and its element."""
 
@@ -125,6 +144,10 @@ class WindowContent:
         self.publisher = publisher
         self.canonicalizer = canonicalizer
         self.engine = engine  # evaluates the windows that end
+        self._cache: OrderedDict[str, tuple[list[str], list[str]]] = OrderedDict()
+        self._cached = 0
+        self._cache_lock = threading.Lock()
+        self._held: OrderedDict[str, Held] = OrderedDict()
 
     def schedule(self, row: WindowedQuery, window: Window, clock: float) -> None:
         """The end of the row's next window, from `clock` (seconds since the epoch)."""
@@ -205,15 +228,39 @@ class WindowContent:
     def element(self, row: WindowedQuery, window: Window, end: datetime | int) -> dict[str, Any]:
         """The output element of the window ending at `end` (a time, or a position in the
         merged history): what it held and the query's results over it."""
+        held = self.held(row, window, end)
+        results = self.engine.window(row.query, WINDOW_GRAPH, held.lines, held.states, default=held.default,
+                                     named=held.named, key=held.key)
+        return {"query": row.name, **held.bounds, "patches": held.patches, "results": _as_sparql_json(results)}
+
+    def held(self, row: WindowedQuery, window: Window, end: datetime | int) -> Held:
+        """What the window ending at `end` holds. Windows alike (the same streams, window,
+        end, view and static graphs: queries over one stream registered by many parties) hold
+        the same: it is read once, and the evaluating worker loads it once (`key`)."""
+        key = hashlib.sha256(json.dumps([graphs_of(row), window.range, window.step, window.by_time, window.triples,
+                                         iso(end) if isinstance(end, datetime) else end, row.view, row.dataset,
+                                         row.with_state]).encode()).hexdigest()
+        with self._cache_lock:
+            found = self._held.get(key)
+            if found is not None:
+                return found
+        found = self._read(row, window, end, key)
+        with self._cache_lock:
+            self._held[key] = found
+            while len(self._held) > HELD:
+                self._held.popitem(last=False)
+        return found
+
+    def _read(self, row: WindowedQuery, window: Window, end: datetime | int, key: str) -> Held:
         graphs = graphs_of(row)
         bounds: dict[str, Any]
-        held: list[str] | None = None
+        kept: list[str] | None = None
         if window.triples:
-            records, held = self.last_triples(graphs, int(window.range), end)
+            records, kept = self.last_triples(graphs, int(window.range), end)
             start: Any = (iso(aware(records[0].created)) if isinstance(end, datetime)
                           else self.position_of(graphs, records[0])) if records else None
             bounds = {"windowStart": start, "windowEnd": iso(end) if isinstance(end, datetime) else end,
-                      "triples": len(held)}
+                      "triples": len(kept)}
         elif isinstance(end, datetime):
             start_at = end - timedelta(seconds=window.range)
             records = self.records(graphs, start=start_at, end=end)
@@ -230,14 +277,12 @@ class WindowContent:
         named = [WINDOW_GRAPH, *(graphs if row.with_state else []), *dataset["named"]]
         if row.view == "triples":
             added, removed = self.statements(records)
-            lines = held if held is not None else added
+            lines = kept if kept is not None else added
             states[REMOVED_GRAPH] = removed
             named.insert(1, REMOVED_GRAPH)
         else:
             lines = self.changes(records)
-        results = self.engine.window(row.query, WINDOW_GRAPH, lines, states,
-                                     default=[WINDOW_GRAPH, *dataset["default"]], named=named)
-        return {"query": row.name, **bounds, "patches": [r.id for r in records], "results": _as_sparql_json(results)}
+        return Held(key, bounds, [r.id for r in records], lines, states, [WINDOW_GRAPH, *dataset["default"]], named)
 
     def statements(self, records: list[PatchRecord]) -> tuple[list[str], list[str]]:
         """The triples the window's patches added and removed, in stream order (blank nodes
@@ -245,11 +290,33 @@ class WindowContent:
         added: list[str] = []
         removed: list[str] = []
         for record in records:
-            patch = read_rdf_patch(record.body, self.canonicalizer)
-            for out, kind, msgs in ((removed, "R", patch.removed), (added, "A", patch.added)):
-                for index, msg in enumerate(msgs):
-                    out += [" ".join(_split(st, f"m{record.seq}x{kind}{index}")) for st in msg.statements]
+            plus, minus = self._statements_of(record)
+            added += plus
+            removed += minus
         return added, removed
+
+    def _statements_of(self, record: PatchRecord) -> tuple[list[str], list[str]]:
+        """One patch's added and removed triples, read once: every window over the stream reads
+        the same patches at each step (a cache of at most CACHED_STATEMENTS lines)."""
+        with self._cache_lock:
+            found = self._cache.get(record.id)
+            if found is not None:
+                self._cache.move_to_end(record.id)
+                return found
+        patch = read_rdf_patch(record.body, self.canonicalizer)
+        out: dict[str, list[str]] = {"A": [], "R": []}
+        for kind, msgs in (("R", patch.removed), ("A", patch.added)):
+            for index, msg in enumerate(msgs):
+                scope = f"m{record.seq}x{kind}{index}"
+                out[kind] += [st if "_:" not in st else " ".join(_split(st, scope)) for st in msg.statements]
+        found = (out["A"], out["R"])
+        with self._cache_lock:
+            self._cache[record.id] = found
+            self._cached += len(out["A"]) + len(out["R"])
+            while self._cached > CACHED_STATEMENTS and self._cache:
+                _id, (plus, minus) = self._cache.popitem(last=False)
+                self._cached -= len(plus) + len(minus)
+        return found
 
     def last_triples(self, graphs: list[str], count: int, end: datetime | int) -> tuple[list[PatchRecord], list[str]]:
         """A triple window: the last `count` triples added up to `end` (a time, or a position

@@ -128,10 +128,14 @@ class Inbox:
                 raise
             raise AlreadyReceived(f"this notification was received before: {self.url_of(seen)}",
                                   self.url_of(seen)) from None
+        self.wake()
+        return Received.of(row)
+
+    def wake(self) -> None:
+        """A notification was stored: followers look."""
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
-        return Received.of(row)
 
     def listing(self, graph: str, sender: str | None, *, size: int = 100, before: int | None = None,
                 after: int | None = None) -> list[Received]:

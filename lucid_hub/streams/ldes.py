@@ -23,7 +23,7 @@ from urllib.parse import quote
 import pyoxigraph as ox
 
 from lucid_hub.errors import InputError
-from lucid_hub.resources import graph_url, inbox_url, patch_url
+from lucid_hub.resources import graph_url, inbox_url, input_url, output_url, patch_url
 from lucid_hub.streams.members import GraphStream, Member
 
 LDES = "https://w3id.org/ldes#"
@@ -37,7 +37,8 @@ RDFS = "http://www.w3.org/2000/01/rdf-schema#"
 DCAT = "http://www.w3.org/ns/dcat#"
 LDP = "http://www.w3.org/ns/ldp#"
 LH = "https://w3id.org/lucid-hub#"
-PREFIXES = {"ldes": LDES, "tree": TREE, "prov": PROV, "dct": DCT, "as": AS, "xsd": XSD, "rdf": RDF,
+LDNS = "http://w3id.org/rsp/ldn-s#"  # LDN for RDF streams: a stream's input and output
+PREFIXES = {"ldns": LDNS, "ldes": LDES, "tree": TREE, "prov": PROV, "dct": DCT, "as": AS, "xsd": XSD, "rdf": RDF,
             "rdfs": RDFS, "dcat": DCAT, "ldp": LDP, "lh": LH}
 TYPE = f"<{RDF}type>"
 KINDS = {"create": f"<{AS}Create>", "update": f"<{AS}Update>", "delete": f"<{AS}Delete>"}
@@ -104,6 +105,14 @@ class Urls:
     @property
     def inbox(self) -> str:
         return inbox_url(self.base, self.graph)
+
+    @property
+    def input(self) -> str:
+        return input_url(self.base, self.graph)
+
+    @property
+    def output(self) -> str:
+        return output_url(self.base, self.graph)
 
     @property
     def channels(self) -> str:
@@ -212,7 +221,8 @@ def event_stream(urls: Urls, stream: GraphStream) -> Document:
     out = stream_description(urls, urls.root)
     for name in ("latest", "last/10", "since/PT1H"):
         out.append(f"{es} <{RDFS}seeAlso> {iri(urls.view(name))}")
-    out += [f"{es} <{LDP}inbox> {iri(urls.inbox)}",
+    out += [f"{es} <{LDP}inbox> {iri(urls.inbox)}", f"{es} <{LDNS}input> {iri(urls.input)}",
+            f"{es} <{LDNS}output> {iri(urls.output)}",
             f"{es} <{LH}events> {iri(urls.events)}",
             f"{es} <{LH}channels> {iri(urls.channels)}",
             f"{es} <{LH}members> {integer(len(stream.members))}",

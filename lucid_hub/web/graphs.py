@@ -25,7 +25,7 @@ from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.statements import ntriples, statement_quads
 from lucid_hub.rdf.syntax import ParseBudget, serialize
 from lucid_hub.store.layout import check_no_skolem
-from lucid_hub.streams.ldes import LDP, LH, Urls
+from lucid_hub.streams.ldes import LDNS, LDP, LH, Urls
 from lucid_hub.web.authz import author, may_read, require_graph
 from lucid_hub.web.http import (
     RDF_MEDIA_TYPES,
@@ -92,7 +92,8 @@ def _read(**_direct: str) -> Response:
     # its event stream, the document of all its channels, and its LDN inbox (docs/streams.md).
     links = [discovery_links(graph), f'<{runtime().settings.public_url}/subscriptions>; rel="{LH}subscriptions"',
              f'<{urls.stream}>; rel="{LH}eventStream"', f'<{urls.channels}>; rel="{LH}channels"',
-             f'<{urls.inbox}>; rel="{LDP}inbox"']
+             f'<{urls.inbox}>; rel="{LDP}inbox"', f'<{urls.input}>; rel="{LDNS}input"',
+             f'<{urls.output}>; rel="{LDNS}output"']
     headers = {"ETag": etag(tag), "Link": ", ".join(links), "Vary": "Accept"}
     match = entity_tags("If-Match")  # "this version and no other" (RFC 9110 13.1.1): never another one
     if match is not None and not match.versions().match_strong(version):

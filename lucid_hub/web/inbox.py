@@ -10,12 +10,14 @@ from flask import Blueprint, Response, g, request
 
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, InputError, InputTooLargeError, NotFoundError
-from lucid_hub.resources import inbox_url, notification_url
+from lucid_hub.resources import graph_url, inbox_url, input_url, notification_url, patch_url
 from lucid_hub.streams.activities import FORMATS
-from lucid_hub.streams.inbox import LIST_MAX, Received
+from lucid_hub.streams.inbox import LIST_MAX, AlreadyReceived, Received
 from lucid_hub.streams.ldes import LDP, TYPE, Document, iri
+from lucid_hub.streams.stream_input import FORMATS as INPUT_FORMATS
+from lucid_hub.streams.stream_input import StreamInput, element_msgs, parse_element
 from lucid_hub.web import push
-from lucid_hub.web.authz import anonymous, principal, read_lapse, require_graph
+from lucid_hub.web.authz import anonymous, author, principal, read_lapse, require_graph
 from lucid_hub.web.http import graph_param, negotiate, request_uri, runtime
 
 blueprint = Blueprint("inbox", __name__)
@@ -127,6 +129,62 @@ def receive() -> Response:
     item = hub.inbox.receive(graph, caller.account, caller.endpoint_id, body, (request.mimetype or "").lower())
     url = notification_url(hub.settings.public_url, item.id)
     return Response(f"{url}\n", status=201, mimetype="text/plain", headers={**_inbox_headers(), "Location": url})
+
+
+def _input_headers() -> dict[str, str]:
+    return {"Accept-Post": ", ".join(INPUT_FORMATS), "Allow": "OPTIONS, POST",
+            "Link": f'<{runtime().settings.public_url}/inbox/constraints>; rel="{LDP}constrainedBy"'}
+
+
+@blueprint.route("/streams/input", methods=["OPTIONS"])
+def stream_input_options() -> Response:
+    """What a graph's stream input takes (write-only: Allow OPTIONS, POST)."""
+    graph_param()
+    return Response(status=204, headers=_input_headers())
+
+
+@blueprint.post("/streams/input")
+def stream_input() -> Response:
+    """A stream element (a timestamped named graph): its triples become a signed patch of the
+    graph authored by the sender, who may write the graph. 201 with the patch's Location; 409
+    with it for the same element sent again."""
+    graph = graph_param()
+    g.error_headers = _input_headers()
+    caller = require_graph(graph, "write")
+    hub = runtime()
+    if not hub.archive.exists(graph):
+        raise NotFoundError(f"no graph <{graph}> on this hub")
+    limit = hub.settings.inbox_max_bytes
+    if (request.content_length or 0) > limit:
+        raise InputTooLargeError(f"a stream element is at most {limit:,} bytes (LUCID_INBOX_MAX_BYTES)")
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise InputTooLargeError(f"a stream element is at most {limit:,} bytes (LUCID_INBOX_MAX_BYTES)")
+    receiver = StreamInput(hub.inbox)
+    digest = receiver.digest(graph, caller.account, body)
+    seen = receiver.seen(digest)
+    if seen is not None:
+        raise AlreadyReceived(f"this stream element was received before: {seen}", seen)
+    hub.inbox.limiter.take(caller.account)
+    base = input_url(hub.settings.public_url, graph)
+    element = parse_element(body, (request.mimetype or "").lower(), base, limit)
+    msgs = element_msgs(element, graph, hub.canonicalizer)
+    ident = receiver.reserve(graph, caller.account, caller.endpoint_id, digest, element)
+    try:
+        patch = hub.publisher.merge(graph, msgs, author=author(),
+                                    message=f"stream element <{element.iri}> generated at "
+                                            f"{element.generated.isoformat()}")
+    except BaseException:
+        receiver.failed(ident)
+        raise
+    location = patch_url(hub.settings.public_url, patch.id) if patch else graph_url(hub.settings.public_url, graph)
+    receiver.made(ident, location)
+    answer = Response(json.dumps({"graph": graph, "element": element.iri, "generatedAtTime":
+                                  element.generated.isoformat(), "patch": patch.id if patch else None,
+                                  "added": len(patch.added) if patch else 0}),
+                      status=201 if patch else 200, mimetype="application/json",
+                      headers={**_input_headers(), "Location": location})
+    return answer
 
 
 @blueprint.get("/inbox/notifications/<ident>")

@@ -16,7 +16,7 @@ from lucid_hub.rdf.patch import parse_created
 from lucid_hub.rdf.rdfpatch import MEDIA_TYPE as RDF_PATCH
 from lucid_hub.resources import graph_url, hub_url, patch_url
 from lucid_hub.streams import ldes
-from lucid_hub.streams.ldes import DCAT, DCT, LDP, LH, TYPE, Document, Urls, View, iri, literal
+from lucid_hub.streams.ldes import DCAT, DCT, LDNS, LDP, LH, TYPE, Document, Urls, View, iri, literal
 from lucid_hub.streams.members import GraphStream, made_by
 from lucid_hub.web import push
 from lucid_hub.web.authz import anonymous, principal, public, read_lapse, readable_graph
@@ -224,6 +224,10 @@ def channels() -> Response:
             {"kind": "ldn-inbox", "url": urls.inbox, "accepts": ["application/ld+json", "text/turtle",
                                                                   "application/n-triples"],
              "description": "Linked Data Notifications: POST an Announce, Offer or Flag; ?size=N the latest N"},
+            {"kind": "stream-input", "url": urls.input, "accepts": ["application/ld+json", "application/trig",
+                                                                    "application/n-quads"],
+             "description": "LDN for RDF streams: POST a stream element (a named graph with prov:generatedAtTime); "
+                            "it becomes your signed patch (who may write the graph)"},
             {"kind": "inbox-events", "url": f"{base}/inbox/events?graph={q}", "formats": ["text/event-stream"],
              "description": "Server-Sent Events of the notifications the inbox receives (who may read the inbox)"},
             {"kind": "query-subscriptions", "url": f"{base}/subscriptions", "websocket": f"{base}/subscribe",
@@ -241,7 +245,9 @@ def channels() -> Response:
         return response
     node = iri(urls.channels)
     out = [f"{node} {TYPE} <{LH}Channels>", f"{node} <{DCT}subject> {iri(graph)}",
-           f"{iri(graph_url(base, graph))} <{LDP}inbox> {iri(urls.inbox)}"]
+           f"{iri(graph_url(base, graph))} <{LDP}inbox> {iri(urls.inbox)}",
+           f"{iri(urls.stream)} <{LDNS}input> {iri(urls.input)}",
+           f"{iri(urls.stream)} <{LDNS}output> {iri(urls.output)}"]
     for number, channel in enumerate(described["channels"]):
         b = f"_:c{number}"
         out += [f"{node} <{LH}channel> {b}", f"{b} <{LH}kind> {literal(channel['kind'])}",
