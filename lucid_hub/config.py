@@ -6,11 +6,13 @@ Embedded defaults need nothing installed; every setting can be overridden by the
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from lucid_hub.errors import ConfigError
 from lucid_hub.networks import Network, parse_networks
@@ -151,6 +153,11 @@ class Settings:
     # may post a minute (per process).
     inbox_max_bytes: int = 64 * 1024
     inbox_rate: int = 60
+    # The default graph (docs/http-api.md, "The default graph"): the graph SPARQL's default
+    # graph stands for in updates, queries and subscriptions that name none. One IRI for the
+    # hub, or a template whose `{account}` is each party's account: a graph per party. Empty:
+    # the hub has no default graph (updates must name their graphs; queries read the union).
+    default_graph: str = ""
     # Rules (docs/rules.md): the deepest cascade of immediate rules (beyond it the cascade is
     # rolled back); seconds one rule's evaluation for one patch may take; attempts of a
     # failing deferred firing before it is recorded as failed and passed over.
@@ -369,6 +376,12 @@ class Settings:
         settings._validate()
         return settings
 
+    def default_graph_for(self, account: str) -> str | None:
+        """The graph SPARQL's default graph stands for, for this party (None: no default graph)."""
+        if not self.default_graph:
+            return None
+        return self.default_graph.replace("{account}", quote(account, safe=""))
+
     def _validate(self) -> None:
         if self.canon_timeout <= 0:
             raise ConfigError("LUCID_CANON_TIMEOUT must be a positive number of seconds")
@@ -410,6 +423,11 @@ class Settings:
             raise ConfigError("LUCID_PAGE_SIZE and LUCID_PAGE_BYTES must be positive")
         if self.patch_format not in (1, 2):
             raise ConfigError("LUCID_PATCH_FORMAT must be 1 or 2")
+        if self.default_graph and (not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s<>\"{}|\\^`]*",
+                                                     self.default_graph.replace("{account}", "x"))
+                                   or self.default_graph.startswith("urn:lucid-hub:")):
+            raise ConfigError("LUCID_DEFAULT_GRAPH must be an IRI (optionally with {account}), not one of the "
+                              "hub's own urn:lucid-hub: graphs")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
         try:

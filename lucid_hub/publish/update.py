@@ -35,7 +35,8 @@ _SKOLEM = re.compile(r"<urn:lucid-hub:bnode:([0-9a-f]+)\.(\d+)>")
 
 def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: Party, readable: list[str],
                may_write: Callable[[str], None], author: str, message: str, using: list[str] | None = None,
-               using_named: list[str] | None = None, base: str | None = None) -> list[Patch]:
+               using_named: list[str] | None = None, base: str | None = None,
+               default_graph: str | None = None) -> list[Patch]:
     """Evaluate and publish an update; the patches made (none if it changed nothing).
 
     `may_write(graph)` raises unless the caller may write the graph: it is asked for every
@@ -47,7 +48,7 @@ def run_update(publisher: Publisher, sparql: SparqlGuard, text: str, *, party: P
     archive = publisher.archive
     for _attempt in range(UPDATE_ATTEMPTS):
         outcome = sparql.update(text, party=party, readable=readable, authorize=authorize, using=using,
-                                using_named=using_named, base=base,
+                                using_named=using_named, base=base, default_graph=default_graph,
                                 absent=lambda graphs: [g for g in graphs if archive.deleted(g)])
         edits = outcome.graphs
         authorize(sorted(edits))  # GRAPH ?g templates: graphs known only now

@@ -76,12 +76,15 @@ class Evaluation:
         # The graphs the party may read: those that exist, and those it names (a graph
         # may be subscribed to before its first version is published).
         asked = (iri_list(row.default_graphs) or []) + (iri_list(row.named_graphs) or [])
+        default_graph = self.settings.default_graph_for(row.account)
+        asked += [default_graph] if default_graph else []  # it may not exist yet: it is still the dataset's
         readable = self.policies.readable(party, sorted(set(self.sync()) | set(asked)))
         self._try_first(row, readable)
         with self.engine.lock:
             try:
                 registration = self.engine.register(row.id, row.query, readable, iri_list(row.default_graphs),
-                                                    iri_list(row.named_graphs))
+                                                    iri_list(row.named_graphs),
+                                                    default_graph=self.settings.default_graph_for(row.account))
                 if not registration.graphs:  # its dataset is fixed now: it would stay empty
                     raise Refusal("forbidden", f"{party.account} may read none of this hub's graphs: the "
                                                "subscription's dataset would be empty")
@@ -118,7 +121,8 @@ class Evaluation:
         with self.trial.lock:
             try:
                 registration = self.trial.register(row.id, row.query, readable, iri_list(row.default_graphs),
-                                                   iri_list(row.named_graphs))
+                                                   iri_list(row.named_graphs),
+                                                   default_graph=self.settings.default_graph_for(row.account))
                 if not registration.graphs:
                     raise Refusal("forbidden", f"{row.account} may read none of this hub's graphs: the "
                                                "subscription's dataset would be empty")

@@ -192,10 +192,13 @@ class QueryEngine:
 
     # --- subscriptions ---------------------------------------------------------------------
     def register(self, sid: str, text: str, readable: list[str], default: list[str] | None,
-                 named: list[str] | None) -> Registration:
+                 named: list[str] | None, *, default_graph: str | None = None) -> Registration:
+        """Register a subscription; without a dataset (the protocol's or FROM), its default
+        graph is `default_graph` when the hub gives the party one, else every readable graph."""
         with self.lock:
             answer = self._call({"op": "register", "id": sid, "readable": readable, "default": default,
-                                 "named": named, "base": self.base}, text.encode()).header
+                                 "named": named, "base": self.base,
+                                 "default_graph": [default_graph] if default_graph else None}, text.encode()).header
             # Kept as the party asked, so that a new worker registers it the same way.
             self._registered[sid] = (text, readable, answer["default"], answer["named"])
             return Registration(answer["form"], answer["default"], answer["named"], answer["patterns"],

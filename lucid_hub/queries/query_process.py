@@ -164,8 +164,8 @@ def _register(request: Frame) -> Frame:
     from_default, from_named = _dataset_clause(_field(parsed[1], "datasetClause"), prologue)
     if header.get("default") is not None or header.get("named") is not None:
         default, named = list(header.get("default") or []), list(header.get("named") or [])
-    elif from_default is None and from_named is None:
-        default, named = readable, readable
+    elif from_default is None and from_named is None:  # the party's default graph, if the hub gives one
+        default, named = list(header.get("default_graph") or readable), readable
     else:
         default, named = list(from_default or []), list(from_named or [])
     unreadable = sorted({g for g in default + named if g not in readable})

@@ -138,7 +138,8 @@ class SparqlGuard:
 
     # --- requests ----------------------------------------------------------------------------
     def query(self, text: str, *, party: Hashable, readable: list[str], default: list[str] | None,
-              named: list[str] | None, accept: str | None, base: str | None = None) -> tuple[str, bytes]:
+              named: list[str] | None, accept: str | None, base: str | None = None,
+              default_graph: str | None = None) -> tuple[str, bytes]:
         """(media type, serialised result) of a query over the graphs in `readable`; the
         protocol's dataset (`default`, `named`) when given, else the query's FROM clauses,
         else every readable graph. Relative IRIs resolve against `base` (the service's URL)."""
@@ -148,7 +149,8 @@ class SparqlGuard:
             try:
                 answer = self._call(worker, Frame({
                     "op": "query", "snapshot": str(snapshot.path), "readable": readable, "default": default,
-                    "named": named, "accept": accept, "max_bytes": self.max_result_bytes, "base": base},
+                    "named": named, "accept": accept, "max_bytes": self.max_result_bytes, "base": base,
+                    "default_graph": [default_graph] if default_graph else None},
                     text.encode()),
                     deadline, "query")
             finally:
@@ -157,7 +159,8 @@ class SparqlGuard:
 
     def update(self, text: str, *, party: Hashable, readable: list[str], authorize: Callable[[list[str]], None],
                using: list[str] | None = None, using_named: list[str] | None = None,
-               base: str | None = None, absent: Callable[[list[str]], list[str]] | None = None) -> UpdateEdits:
+               base: str | None = None, absent: Callable[[list[str]], list[str]] | None = None,
+               default_graph: str | None = None) -> UpdateEdits:
         """Evaluate an update into each written graph's removals and additions (relative IRIs
         resolved against `base`; `absent` says which of its targets are deleted graphs).
 
@@ -167,7 +170,8 @@ class SparqlGuard:
         deadline = time.monotonic() + self.timeout
         with self._worker(party, deadline) as worker:
             analysis = self._call(worker, Frame({"op": "analyse", "using": using, "using_named": using_named,
-                                                 "max_data_bytes": self.max_data_bytes, "base": base},
+                                                 "max_data_bytes": self.max_data_bytes, "base": base,
+                                                 "default_graph": default_graph},
                                                 text.encode()),
                                   deadline, "update")
             targets = list(analysis.header["targets"])

@@ -154,7 +154,8 @@ def _query(request: Frame) -> Frame:
         default, named = header.get("default") or [], header.get("named") or []
     else:
         if from_default is None and from_named is None:  # no FROM: every readable graph
-            default, named = readable, readable
+            # (the party's default graph, when the hub gives it one, is the default graph)
+            default, named = header.get("default_graph") or readable, readable
         else:
             default, named = list(from_default or ()), list(from_named or ())
     # Graphs the caller may not read are as empty as graphs that do not exist.
@@ -313,6 +314,31 @@ def _writes(op: CompValue) -> tuple[set[str], bool]:
     return targets, dynamic
 
 
+def _into_default(op: CompValue, graph: rdflib.URIRef) -> CompValue:
+    """The operation with the hub's default graph for this party standing for SPARQL's
+    default graph (docs/http-api.md, "The default graph"): DATA and DELETE WHERE triples go
+    into it, INSERT/DELETE ... WHERE without WITH work as WITH <graph>, and DEFAULT in
+    CLEAR, DROP, ADD, MOVE, COPY names it."""
+    name = op.name
+    if name in ("InsertData", "DeleteData", "DeleteWhere"):
+        triples = list(_field(op, "triples") or [])
+        if triples:
+            quads = op.quads if isinstance(op.quads, dict) else defaultdict(list)
+            quads.setdefault(graph, [])
+            quads[graph] = list(quads[graph]) + triples
+            op["quads"] = quads
+            op["triples"] = []
+    elif name == "Modify":
+        if _field(op, "withClause") is None:
+            op["withClause"] = graph
+    elif name in ("Clear", "Drop", "Create"):
+        if op.graphiri == "DEFAULT":
+            op["graphiri"] = graph
+    elif name in ("Add", "Move", "Copy"):
+        op["graph"] = [graph if g == "DEFAULT" else g for g in op.graph]
+    return op
+
+
 def _check_data_size(ops: list[CompValue], limit: int | None) -> None:
     """DATA blocks parse into at most `limit` bytes of statements: PREFIX and BASE make
     long terms of short text, and this is what the update's text limit is for."""
@@ -339,6 +365,8 @@ def _analyse(request: Frame) -> Frame:
     _refuse_service(parsed)
     ops = _translate(parsed, header.get("base"))
     _check_data_size(ops, header.get("max_data_bytes"))
+    if header.get("default_graph"):
+        ops = [_into_default(op, rdflib.URIRef(header["default_graph"])) for op in ops]
     using = [("default", g) for g in header.get("using") or []]
     using += [("named", g) for g in header.get("using_named") or []]
     targets: set[str] = set()

@@ -107,7 +107,8 @@ def _query(text: str, params: Any) -> Response:
                          "default-graph-uri and named-graph-uri")
     media_type, body = rt.sparql.query(
         text, party=caller.party, readable=_readable(caller.party), default=_iris(params, "default-graph-uri"),
-        named=_iris(params, "named-graph-uri"), accept=request.headers.get("Accept"), base=_base())
+        named=_iris(params, "named-graph-uri"), accept=request.headers.get("Accept"), base=_base(),
+        default_graph=rt.settings.default_graph_for(caller.account))
     return Response(body, mimetype=media_type, headers={"Vary": "Accept"})
 
 
@@ -125,7 +126,7 @@ def _update(text: str, params: Any) -> Response:
     patches = run_update(rt.publisher, rt.sparql, text, party=caller.party, readable=_readable(caller.party),
                          may_write=may_write, author=author(), message=message(),
                          using=_iris(params, "using-graph-uri"), using_named=_iris(params, "using-named-graph-uri"),
-                         base=_base())
+                         base=_base(), default_graph=rt.settings.default_graph_for(caller.account))
     return jsonify({"patches": [{"graph": p.graph, "patch": p.id, "url": patch_url(p.id), "removed": len(p.removed),
                                  "added": len(p.added)} for p in patches]})
 
