@@ -158,6 +158,19 @@ class Settings:
     # hub, or a template whose `{account}` is each party's account: a graph per party. Empty:
     # the hub has no default graph (updates must name their graphs; queries read the union).
     default_graph: str = ""
+    # Dynamic client registration (docs/auth.md): off, token (RFC 7591 with the operator's
+    # initial access token: LUCID_DCR_TOKEN or _TOKEN_FILE) or open (anyone; closed networks);
+    # the groups a registered client gets, and the scopes it may ask for; registrations one
+    # address may make a minute.
+    dcr: str = "off"
+    dcr_token: str = field(default="", repr=False)
+    dcr_token_file: str = ""
+    dcr_groups: str = ""
+    dcr_scopes: str = "graphs:read hub:subscribe"
+    dcr_rate: int = 10
+    # The applications' part of the hub's JSAP (docs/queries.md, "SEPA clients"): a JSON file
+    # of namespaces, queries, updates, graphs and extended.
+    jsap_file: str = ""
     # Rules (docs/rules.md): the deepest cascade of immediate rules (beyond it the cascade is
     # rolled back); seconds one rule's evaluation for one patch may take; attempts of a
     # failing deferred firing before it is recorded as failed and passed over.
@@ -428,6 +441,8 @@ class Settings:
                                    or self.default_graph.startswith("urn:lucid-hub:")):
             raise ConfigError("LUCID_DEFAULT_GRAPH must be an IRI (optionally with {account}), not one of the "
                               "hub's own urn:lucid-hub: graphs")
+        if self.dcr not in ("off", "token", "open") or self.dcr_rate < 1:
+            raise ConfigError("LUCID_DCR must be off, token or open, and LUCID_DCR_RATE positive")
         if self.auth_rate_limit < 1:
             raise ConfigError("LUCID_AUTH_RATE_LIMIT must be at least 1")
         try:

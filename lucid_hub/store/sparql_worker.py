@@ -62,6 +62,9 @@ SELECT_TYPES = {"application/sparql-results+json": ox.QueryResultsFormat.JSON,
 GRAPH_TYPES = {"application/n-triples": ox.RdfFormat.N_TRIPLES, "text/turtle": ox.RdfFormat.TURTLE,
                "application/ld+json": ox.RdfFormat.JSON_LD, "application/rdf+xml": ox.RdfFormat.RDF_XML,
                "application/n-quads": ox.RdfFormat.N_QUADS, "application/trig": ox.RdfFormat.TRIG}
+# Clients that ask for plain JSON (SEPA's, some JavaScript libraries) get the JSON form of
+# the result, under its own media type.
+JSON_ALIAS = "application/json"
 NO_GRAPH = ox.NamedNode(f"{RESERVED_PREFIX}no-graph")
 
 
@@ -167,11 +170,13 @@ def _query(request: Frame) -> Frame:
                              default_graph=[ox.NamedNode(g) for g in default] or [NO_GRAPH],
                              named_graphs=[ox.NamedNode(g) for g in named] or [NO_GRAPH])
         if form in ("ConstructQuery", "DescribeQuery"):
-            media_type = negotiate(header.get("accept"), list(GRAPH_TYPES), "application/n-triples")
+            media_type = negotiate(header.get("accept"), [*GRAPH_TYPES, JSON_ALIAS], "application/n-triples")
+            media_type = "application/ld+json" if media_type == JSON_ALIAS else media_type
             quads = (ox.Quad(t.subject, t.predicate, t.object, ox.DefaultGraph()) for t in result)
             body = serialize(quads, GRAPH_TYPES[media_type])
         else:
-            media_type = negotiate(header.get("accept"), list(SELECT_TYPES), "application/sparql-results+json")
+            media_type = negotiate(header.get("accept"), [*SELECT_TYPES, JSON_ALIAS], "application/sparql-results+json")
+            media_type = "application/sparql-results+json" if media_type == JSON_ALIAS else media_type
             body = result.serialize(format=SELECT_TYPES[media_type])
     except SyntaxError as exc:
         raise _syntax(exc, "query") from None

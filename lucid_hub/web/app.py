@@ -13,10 +13,12 @@ from lucid_hub.web import (
     graphs,
     headers,
     inbox,
+    jsap,
     mirrors,
     oauth,
     ops,
     queries,
+    registration,
     rules,
     sparql,
     streams,
@@ -41,9 +43,11 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     ops.init_request_observation(app)
     oauth.init_oauth(app)
     admin.init_admin(app)
+    jsap.init_jsap(app)
     for blueprint in (graphs.blueprint, archive.blueprint, sparql.blueprint, ops.blueprint, oauth.blueprint,
                       admin.api, admin.ui, websub.blueprint, mirrors.blueprint, queries.blueprint, queries.sockets,
-                      windows.blueprint, streams.blueprint, inbox.blueprint, rules.blueprint):
+                      windows.blueprint, streams.blueprint, inbox.blueprint, rules.blueprint,
+                      registration.blueprint, jsap.blueprint):
         app.register_blueprint(blueprint)
     queries.sock.init_app(app)
     return app

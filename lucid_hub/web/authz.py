@@ -40,7 +40,7 @@ def principal(*, read: bool = False) -> Principal:
                                   "(from /oauth/token)", error="")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "basic" and (read or request.method in BASIC_METHODS):
-        found = _basic(token.strip())
+        found = basic_principal(token.strip())
     elif scheme.lower() != "bearer" or not token.strip():
         raise AuthenticationError("use the Authorization scheme Bearer with an access token"
                                   + (" (HTTP Basic only reads: GET and HEAD, and SPARQL queries by POST)"
@@ -51,7 +51,7 @@ def principal(*, read: bool = False) -> Principal:
     return found
 
 
-def _basic(encoded: str) -> Principal:
+def basic_principal(encoded: str) -> Principal:
     """The client whose id and secret `Authorization: Basic` carries; failed attempts count
     against the token endpoint's limits (the same secret, the same brute-force guard)."""
     try:

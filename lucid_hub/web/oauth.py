@@ -24,6 +24,7 @@ from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.auth.tokens import Principal, TokenService
 from lucid_hub.errors import AuthenticationError, RateLimitedError
 from lucid_hub.web.http import request_address, runtime
+from lucid_hub.web.registration import init_registration
 
 blueprint = Blueprint("oauth", __name__)
 
@@ -110,6 +111,7 @@ def init_oauth(app: Flask) -> None:
     server.register_endpoint(_Revocation(rt.tokens))
     server.register_endpoint(_Introspection(rt.tokens))
     app.extensions["oauth_server"] = server
+    init_registration(app, server)
     app.extensions["auth_limiter"] = FailureLimiter(rt.settings.auth_rate_limit)
     app.extensions["basic_credentials"] = BasicCredentials(rt.clients)
 
@@ -169,6 +171,7 @@ def metadata() -> Response:
         "token_endpoint_auth_methods_supported": methods, "revocation_endpoint_auth_methods_supported": methods,
         "introspection_endpoint_auth_methods_supported": methods, "scopes_supported": list(SCOPES),
         "access_token_signing_alg_values_supported": ["Ed25519"],
+        **({"registration_endpoint": f"{base}/oauth/register"} if runtime().settings.dcr != "off" else {}),
     })
     response.headers["Cache-Control"] = "public, max-age=300"
     return response
