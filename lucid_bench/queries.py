@@ -233,9 +233,55 @@ def _naive(runtime: Any, spuids: list[str]) -> float:
 
 
 def run(counts: list[int], patches: int, rate: float, idle: int, seed: int) -> None:
+    from lucid_bench.mqtt_channel import broker
+
+    with broker() as mqtt_url:
+        if mqtt_url is None:
+            click.echo("(no mosquitto on this machine: the MQTT channel is not measured)")
+        _run(counts, patches, rate, idle, seed, mqtt_url)
+
+
+def _mqtt(url: str, runtime: Any, token: str, mqtt_url: str, count: int, patches: int, rate: float,
+          publisher: Publisher, websocket: list[float]) -> None:
+    """The same subscriptions with their notifications on MQTT: latency at the steady rate,
+    against the WebSocket's (`websocket`, this run's)."""
+    from lucid_bench.mqtt_channel import MqttReader
+
+    http = requests.Session()
+    http.headers["Authorization"] = f"Bearer {token}"
+    reader = MqttReader(mqtt_url)
+    spuids = []
+    for n in range(count):
+        made = http.post(f"{url}/subscriptions", json={"sparql": query(n), "named-graph-uri": [ORDERS, PRICES],
+                                                         "mqtt": True}, timeout=60)
+        if made.status_code != 201:
+            raise click.ClickException(f"subscribing with mqtt failed: {made.status_code} {made.text[:200]}")
+        spuids.append(made.json()["notification"]["spuid"])
+    sent: dict[str, float] = {}
+    for _ in range(patches):
+        status, at = publisher.next()
+        sent[status] = at
+        time.sleep(max(0.0, 1 / rate - (time.perf_counter() - at)))  # the publishing rate
+    runtime.queries.evaluation.drain()
+    reader.wait_for([s for s in sent if publisher.watched(s, count)])
+    latencies = [reader.arrived[s] - sent[s] for s in sent if s in reader.arrived]
+    missing = sum(1 for s in sent if publisher.watched(s, count) and s not in reader.arrived)
+    reader.close()
+    for spuid in spuids:
+        http.delete(f"{url}/subscriptions/{spuid}", timeout=60)
+    line = f"  MQTT (Mosquitto, paho-mqtt reader) at {rate:g} patches/s: {_ms(latencies)}"
+    if len(latencies) > 1 and len(websocket) > 1:
+        q = statistics.quantiles(latencies, n=100, method="inclusive")[98]
+        w = statistics.quantiles(websocket, n=100, method="inclusive")[98]
+        line += f"; p99 / WebSocket p99: {q / w:.2f}x; goal p99 <= 50 ms: {'met' if q <= 0.05 else 'missed'}"
+    click.echo(line + (f"; {missing} expected notifications did not arrive" if missing else ""))
+
+
+def _run(counts: list[int], patches: int, rate: float, idle: int, seed: int, mqtt_url: str | None) -> None:
     echo = click.echo
+    env = {"LUCID_MQTT_URL": mqtt_url} if mqtt_url else {}
     for count in counts:
-        with tempfile.TemporaryDirectory(prefix="lucid-bench-queries-") as tmp, _hub(Path(tmp) / "hub") as (
+        with tempfile.TemporaryDirectory(prefix="lucid-bench-queries-") as tmp, _hub(Path(tmp) / "hub", env) as (
                 url, runtime, token):
             http = requests.Session()
             http.headers["Authorization"] = f"Bearer {token}"
@@ -290,6 +336,8 @@ def run(counts: list[int], patches: int, rate: float, idle: int, seed: int) -> N
             echo(f"  naive (every subscription evaluated and diffed per patch): {naive * 1000:.1f} ms per patch; "
                  f"ours {ours * 1000:.2f} ms: {naive / ours if ours else float('inf'):.1f}x cheaper")
             receiver.close()
+            if mqtt_url is not None:
+                _mqtt(url, runtime, token, mqtt_url, count, patches, rate, publisher, latencies)
 
             if idle and count == counts[-1]:
                 # idle subscriptions: a partner no order has, so no patch touches them

@@ -143,6 +143,12 @@ class Settings:
     query_max_result_bytes: int = 4 * 1024 * 1024
     query_retain: int = 1000
     query_memory_mb: int = 4096
+    # WebSockets (SE protocol): a ping every this many seconds, closed without a pong within
+    # the timeout; a subscription whose socket closed so is ended when not resumed within
+    # query_orphan_seconds (docs/queries.md, "Sockets that go away").
+    ws_ping_seconds: float = 25.0
+    ws_ping_timeout: float = 20.0
+    query_orphan_seconds: float = 600.0
     # Streams as Linked Data (docs/streams.md): members per page of a graph's event stream
     # (a page never changes once full, so this is fixed for a hub's life: changing it moves
     # members to other page URLs that clients may have cached); graphs whose streams are kept
@@ -168,6 +174,16 @@ class Settings:
     dcr_groups: str = ""
     dcr_scopes: str = "graphs:read hub:subscribe"
     dcr_rate: int = 10
+    # Notifications over MQTT (docs/queries.md, "MQTT"): the operator's broker (mqtt:// or
+    # mqtts://; empty: no MQTT), the hub's credentials there, the CA of an mqtts broker, the
+    # topics' prefix, and the broker's URL as partners reach it (default: the same).
+    mqtt_url: str = ""
+    mqtt_user: str = ""
+    mqtt_password: str = field(default="", repr=False)
+    mqtt_password_file: str = ""
+    mqtt_ca_file: str = ""
+    mqtt_topic_prefix: str = "lucid-hub"
+    mqtt_public_url: str = ""
     # The applications' part of the hub's JSAP (docs/queries.md, "SEPA clients"): a JSON file
     # of namespaces, queries, updates, graphs and extended.
     jsap_file: str = ""
@@ -426,6 +442,9 @@ class Settings:
                 self.query_budget <= 0 or self.query_memory_mb < 256):
             raise ConfigError("LUCID_QUERY_SUBSCRIPTIONS_PER_PARTY, _BUDGET, _MAX_RESULT_BYTES and _RETAIN must be "
                               "positive, and LUCID_QUERY_MEMORY_MB at least 256")
+        if min(self.ws_ping_seconds, self.ws_ping_timeout, self.query_orphan_seconds) <= 0:
+            raise ConfigError("LUCID_WS_PING_SECONDS, LUCID_WS_PING_TIMEOUT and LUCID_QUERY_ORPHAN_SECONDS must be "
+                              "positive")
         if min(self.stream_page_members, self.stream_graphs) < 1:
             raise ConfigError("LUCID_STREAM_PAGE_MEMBERS and LUCID_STREAM_GRAPHS must be positive")
         if min(self.inbox_max_bytes, self.inbox_rate) < 1:
@@ -441,6 +460,8 @@ class Settings:
                                    or self.default_graph.startswith("urn:lucid-hub:")):
             raise ConfigError("LUCID_DEFAULT_GRAPH must be an IRI (optionally with {account}), not one of the "
                               "hub's own urn:lucid-hub: graphs")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", self.mqtt_topic_prefix):
+            raise ConfigError("LUCID_MQTT_TOPIC_PREFIX is topic levels of letters, digits, '.', '_', '-' (no + or #)")
         if self.dcr not in ("off", "token", "open") or self.dcr_rate < 1:
             raise ConfigError("LUCID_DCR must be off, token or open, and LUCID_DCR_RATE positive")
         if self.auth_rate_limit < 1:

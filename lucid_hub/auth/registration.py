@@ -94,7 +94,7 @@ class Registrations:
         return self.clients.create(name, groups=self.groups, scopes=scopes)
 
 
-class Endpoint(ClientRegistrationEndpoint):  # type: ignore[misc]
+class Endpoint(ClientRegistrationEndpoint):
     """RFC 7591's endpoint (authlib), on `Registrations`: client credentials only."""
 
     def __init__(self, registrations: Registrations) -> None:

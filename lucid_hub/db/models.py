@@ -261,6 +261,9 @@ class QuerySubscription(Base):
     callback_attempts: Mapped[int] = mapped_column(Integer, default=0)
     callback_next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     callback_error: Mapped[str] = mapped_column(String(1024), default="")
+    # When the WebSocket that carried it closed without unsubscribing (None: attached, or no
+    # socket): ended once LUCID_QUERY_ORPHAN_SECONDS pass without a resume (queries/orphans.py).
+    detached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

@@ -37,6 +37,7 @@ from lucid_hub.errors import ForbiddenError, InputError, InputTooLargeError, Que
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.queries import results as rs
 from lucid_hub.queries.evaluation import Evaluation
+from lucid_hub.queries.orphans import Orphans
 from lucid_hub.queries.records import POLL, QueryRecords, iri_list
 from lucid_hub.queries.webhooks import Webhooks, webhook_state
 from lucid_hub.store.graphs import GraphStore
@@ -57,6 +58,7 @@ class QueryService:
         self.sync = sync  # brings this process's store up to the archive (others' patches)
         self.evaluates = evaluates
         self.records = QueryRecords(settings, db)
+        self.orphans = Orphans(settings, db, lambda sid, reason: self._end(sid, reason))
         self.evaluation = Evaluation(settings, store, policies, tokens, self.records, sync, self._wake_channels)
         self._cond = threading.Condition()  # notifications written (wakes channels)
         self._written = 0  # counts notifications written in this process
@@ -82,6 +84,8 @@ class QueryService:
         self.store.watch(self.evaluation.changed)
         self.evaluation.resume_all()
         roles.add("query-subscriptions", self.round, every=POLL, wake=self.evaluation.work)
+        sweep_every = min(30.0, max(0.5, self.settings.query_orphan_seconds / 4))
+        roles.add("query-orphans", self.orphans.sweep, every=sweep_every)
         self.webhooks.start(roles, "query-webhooks")
 
     def stop(self) -> None:

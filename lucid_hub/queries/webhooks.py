@@ -42,6 +42,8 @@ from lucid_hub.db.models import QuerySubscription
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import iso, now
 from lucid_hub.outbound import AddressPolicy
+from lucid_hub.outbound.mqtt import SCHEME as MQTT
+from lucid_hub.outbound.mqtt import MqttPublisher
 from lucid_hub.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,8 @@ class Webhooks:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.posted = 0  # POSTs made (for tests and metrics)
+        # Callbacks `mqtt:<topic prefix>` publish to the operator's broker instead (outbound/mqtt.py).
+        self.mqtt = MqttPublisher(settings, header.removeprefix("X-Lucid-").lower()) if settings.mqtt_url else None
 
     def start(self, roles: Supervisor, name: str) -> None:
         """Send the callbacks' notifications: the role `name` finds what is due, a pool sends."""
@@ -101,6 +105,8 @@ class Webhooks:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
         self.pool.clear()
+        if self.mqtt is not None:
+            self.mqtt.close()
 
     def wake(self) -> None:
         """A notification was written: look for callbacks to send it to."""
@@ -193,6 +199,10 @@ class Webhooks:
 
     def _post(self, callback: str, secret: str | None, label: str, sequence: int,
               message: dict[str, Any]) -> tuple[int, str]:
+        if callback.startswith(MQTT):
+            if self.mqtt is None:
+                return 0, "this hub has no MQTT broker any more (LUCID_MQTT_URL)"
+            return self.mqtt.publish(callback[len(MQTT):] + label, json.dumps(message).encode(), sequence, secret)
         headers = {"Content-Type": "application/json", self.header: label, "X-Lucid-Sequence": str(sequence)}
         return outbound.signed_post(self.pool, callback, json.dumps(message).encode(), headers, secret)
 
@@ -202,5 +212,10 @@ def webhook_state(row: Any) -> dict[str, Any] | None:
     the secret); None when it has none."""
     if row.callback is None:
         return None
+    if row.callback.startswith(MQTT):
+        label = row.name if row.__tablename__ == "windowed_queries" else row.id
+        return {"mqtt": {"topic": row.callback[len(MQTT):] + label}, "delivered": row.callback_seq,
+                "failures": row.callback_attempts, "error": row.callback_error or None,
+                "nextAttempt": iso(row.callback_next_at)}
     return {"callback": row.callback, "delivered": row.callback_seq, "failures": row.callback_attempts,
             "error": row.callback_error or None, "nextAttempt": iso(row.callback_next_at)}

@@ -433,6 +433,9 @@ class Front:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            if not self.ending:  # gone without unsubscribing: detached (not when the hub stops)
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(self.polls, self._in_app, socket.detach)
         if code == 0:  # the client closed
             return
         with contextlib.suppress(OSError, RuntimeError, TimeoutError):

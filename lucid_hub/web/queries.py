@@ -21,6 +21,8 @@ from simple_websocket import ConnectionClosed
 
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, ForbiddenError, InputError, LucidError
+from lucid_hub.outbound.mqtt import SCHEME as MQTT
+from lucid_hub.outbound.mqtt import topic_base
 from lucid_hub.queries import results as rs
 from lucid_hub.web import push
 from lucid_hub.web.authz import require_scope
@@ -60,10 +62,23 @@ def _subscribe(caller: Principal, spec: dict[str, Any]) -> dict[str, Any]:
                                        callback=callback, secret=secret)
 
 
-def webhook_of(caller: Principal, spec: dict[str, Any]) -> tuple[str | None, str | None]:
+def webhook_of(caller: Principal, spec: dict[str, Any], kind: str = "subscriptions") -> tuple[str | None, str | None]:
     """The `callback` and `secret` of a request, checked with a WebSub callback's rules
-    (hub/callbacks.py): (None, None) when it asks for no webhook."""
+    (hub/callbacks.py): (None, None) when it asks for no webhook. `"mqtt": true` asks for
+    the notifications on the hub's MQTT broker instead (its callback `mqtt:<topic prefix>`)."""
     callback, secret = spec.get("callback"), spec.get("secret")
+    mqtt = spec.get("mqtt", False)
+    if not isinstance(mqtt, bool):
+        raise InputError("mqtt must be true or false")
+    if mqtt:
+        if callback is not None:
+            raise InputError("a subscription takes a callback or mqtt, not both")
+        settings = runtime().settings
+        if not settings.mqtt_url:
+            raise InputError("this hub publishes to no MQTT broker (its operator sets LUCID_MQTT_URL)")
+        if secret is not None and not isinstance(secret, str):
+            raise InputError("secret must be a string")
+        return MQTT + topic_base(settings, caller.account, kind), protocol.secret(secret) if secret else None
     if callback is None:
         if secret is not None:
             raise InputError("a secret signs webhook POSTs: give it with a callback")
@@ -129,6 +144,7 @@ def notifications(spuid: str) -> Response:
     lapse = service.lapse(caller, service.describe_row(caller, spuid))
     if lapse is not None:
         return jsonify({"notifications": [], "state": "ended", "reason": lapse})
+    service.orphans.attach(spuid)  # read again: no longer a socket's orphan
     state, reason, _sequence = service.state(spuid)
     found = service.messages(spuid, _after())
     return jsonify({"notifications": [body for _seq, body in found], "state": state, "reason": reason or None})
@@ -141,6 +157,7 @@ def events(spuid: str) -> Response:
     caller = require_scope(SCOPE)
     service = runtime().queries
     service.describe_row(caller, spuid)
+    service.orphans.attach(spuid)
     after = _after()
 
     return event_stream(lambda last: service.catch_up(spuid, last, caller), after, "notification", service)
@@ -206,6 +223,13 @@ class SeSocket:
         self.closed.set()
         self.rt.queries.wake_all()
 
+    def detach(self) -> None:
+        """(After `close`, on a worker thread.) The subscriptions this socket carried lost it:
+        each is ended unless resumed in time (queries/orphans.py)."""
+        with self.lock:
+            spuids = list(self.subscriptions)
+        self.rt.queries.orphans.detach(spuids)
+
     def caller(self, message: dict[str, Any], inner: dict[str, Any]) -> Principal:
         token = bearer(inner.get("authorization")) or bearer(message.get("authorization")) or self.handshake_token
         if token is None:
@@ -256,6 +280,7 @@ class SeSocket:
         if not isinstance(spuid, str) or not isinstance(sequence, int) or isinstance(sequence, bool):
             raise InputError("resume needs spuid (a string) and sequence (an integer)")
         self.rt.queries.describe_row(caller, spuid)
+        self.rt.queries.orphans.attach(spuid)
         with self.lock:
             self.subscriptions[spuid] = (sequence, caller)
         self.push()

@@ -73,7 +73,8 @@ def server_options(settings: Any) -> dict[str, Any]:
         "timeout_graceful_shutdown": settings.graceful_timeout,
         # SE protocol messages: a query and its envelope; pings find sockets whose client went
         # away or stopped reading (no pong within the timeout: closed).
-        "ws_max_size": settings.max_query_bytes + 16_384, "ws_ping_interval": 25.0, "ws_ping_timeout": 20.0,
+        "ws_max_size": settings.max_query_bytes + 16_384, "ws_ping_interval": settings.ws_ping_seconds,
+        "ws_ping_timeout": settings.ws_ping_timeout,
         # Connections and tasks of the process beyond the push limit and the request threads' queue: 503.
         "limit_concurrency": settings.push_max_connections + 1_000,
         "server_header": False,

@@ -68,7 +68,7 @@ def _register(caller: Principal, name: str | None) -> Response:
     service = runtime().windows
     text = _csparql()
     spec = request.get_json(silent=True) if request.is_json else None
-    callback, secret = webhook_of(caller, spec if isinstance(spec, dict) else {})
+    callback, secret = webhook_of(caller, spec if isinstance(spec, dict) else {}, "windows")
     if text is not None:
         name = service.registrar.csparql(caller, name, text, callback=callback, secret=secret)
     else:
