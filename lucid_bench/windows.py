@@ -5,7 +5,8 @@ timed) receives patches of `--batch` triples (trades: a broker does a transactio
 amount) at `--rate` triples per second, through its publisher. `--windows` C-SPARQL queries
 are registered over HTTP, as their users send them: half sliding time windows
 (`[RANGE 10s STEP 1s]`, the total per broker joined with a static graph of brokers), half
-triple windows (`[RANGE TRIPLES 1000] COMPUTED EVERY 1s`, the count and sum of amounts).
+triple windows (`[RANGE TRIPLES 1000] COMPUTED EVERY 1s`, the count and sum of amounts);
+each with a filter of its own, so no two queries are alike (their windows' contents are).
 
 Figures: each window's evaluation time (reading its patches, evaluating, storing the
 element: what one step costs one window), and how long after a step is due its last window
@@ -35,16 +36,18 @@ BROKER_COUNT = 50
 GRACE = 2.0
 
 
-def _sliding(name: str) -> str:
+def _sliding(name: str, n: int) -> str:
+    """Each window its own query (a partner watching its brokers): no two results alike."""
     return (f"REGISTER QUERY {name} AS PREFIX ex: <{EX}> SELECT ?broker (SUM(?a) AS ?total) "  # noqa: S608 (SPARQL)
             f"FROM <{BROKERS}> FROM STREAM <{MARKET}> [RANGE 10s STEP 1s] "
-            "WHERE { ?broker ex:from \"CH\" ; ex:does ?tx . ?tx ex:with ?a } GROUP BY ?broker")
+            "WHERE { ?broker ex:from \"CH\" ; ex:does ?tx . ?tx ex:with ?a "
+            f"FILTER (?broker != <{EX}broker/{n % BROKER_COUNT}>) }} GROUP BY ?broker")
 
 
-def _physical(name: str) -> str:
+def _physical(name: str, n: int) -> str:
     return (f"REGISTER QUERY {name} COMPUTED EVERY 1s AS PREFIX ex: <{EX}> "  # noqa: S608 (SPARQL, not SQL)
             "SELECT (COUNT(?tx) AS ?n) (SUM(?a) AS ?sum) "
-            f"FROM STREAM <{MARKET}> [RANGE TRIPLES 1000] WHERE {{ ?tx ex:with ?a }}")
+            f"FROM STREAM <{MARKET}> [RANGE TRIPLES 1000] WHERE {{ ?tx ex:with ?a FILTER (?a > {n}) }}")
 
 
 class Feed(threading.Thread):
@@ -106,7 +109,7 @@ def _phase(windows: int, rate: float, batch: int, seconds: float) -> tuple[list[
                               headers={"Content-Type": "application/n-triples"}, timeout=60)
             answer.raise_for_status()
         for n in range(windows):
-            text = _sliding(f"w{n}") if n % 2 == 0 else _physical(f"w{n}")
+            text = _sliding(f"w{n}", n) if n % 2 == 0 else _physical(f"w{n}", n)
             made = http.post(f"{url}/windows", data=text, headers={"Content-Type": "text/plain"}, timeout=60)
             if made.status_code != 201:
                 raise click.ClickException(f"registering window {n}: {made.status_code} {made.text[:200]}")
