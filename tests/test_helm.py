@@ -650,3 +650,35 @@ def test_the_operators_triple_store_is_configured_with_credentials_from_its_secr
                                                   "auth": {"user": "lucid"}}})
     with pytest.raises(helm.HelmError, match=r"quryUrl|additional"):
         render({**PROFILES["minimal"], "store": {"quryUrl": "http://s/q"}})
+
+
+def test_mqtt_registration_and_the_default_graph_are_configured_with_secrets_from_secrets() -> None:
+    values = {**PROFILES["minimal"], "mqtt": {"url": "mqtt://mosquitto:1883", "user": "hub", "existingSecret": "mqtt"},
+              "registration": {"mode": "token", "existingSecret": "dcr", "groups": "partners"},
+              "defaultGraph": "https://hub.example.com/graphs/{account}/default"}
+    objects = render(values)
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "acme-lucid-hub"]
+    assert not [k for k in config["data"] if k.startswith(("LUCID_MQTT", "LUCID_DCR"))]  # not in the ConfigMap
+    env = {e["name"]: e for e in _hub_container(objects)["env"]}
+    assert env["LUCID_MQTT_URL"]["value"] == "mqtt://mosquitto:1883" and env["LUCID_MQTT_USER"]["value"] == "hub"
+    assert env["LUCID_MQTT_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "mqtt", "key": "password"}}
+    assert env["LUCID_DCR"]["value"] == "token" and env["LUCID_DCR_GROUPS"]["value"] == "partners"
+    assert env["LUCID_DCR_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "dcr", "key": "token"}}
+    assert env["LUCID_DEFAULT_GRAPH"]["value"] == "https://hub.example.com/graphs/{account}/default"
+    # the settings the chart writes are ones the hub accepts
+    from lucid_hub.config import Settings
+
+    given = {k: str(e["value"]) for k, e in env.items() if k.startswith(("LUCID_MQTT", "LUCID_DCR", "LUCID_DEFAULT"))
+             and "value" in e}
+    settings = Settings.from_env({**given, "LUCID_DCR_TOKEN": "from-the-secret-0123456789"})
+    assert settings.dcr == "token" and settings.default_graph_for("lc-1") == "https://hub.example.com/graphs/lc-1/default"
+    plain = {e["name"] for e in _hub_container(render(PROFILES["minimal"]))["env"]}
+    assert not plain & {"LUCID_MQTT_URL", "LUCID_DCR", "LUCID_DEFAULT_GRAPH"}
+    with pytest.raises(helm.HelmError, match=r"mode|enum"):
+        render({**PROFILES["minimal"], "registration": {"mode": "anyone"}})
+    with pytest.raises(helm.HelmError, match=r"registration\.existingSecret is required"):
+        render({**PROFILES["minimal"], "registration": {"mode": "token"}})
+    with pytest.raises(helm.HelmError, match=r"mqtt\.existingSecret is required"):
+        render({**PROFILES["minimal"], "mqtt": {"url": "mqtt://m:1883", "user": "hub"}})
+    with pytest.raises(helm.HelmError, match=r"url|pattern"):
+        render({**PROFILES["minimal"], "mqtt": {"url": "http://m:1883"}})

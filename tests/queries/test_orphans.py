@@ -55,7 +55,7 @@ def test_a_client_that_answers_no_ping_is_cut_off_and_its_subscription_ended(pin
     try:
         until(lambda: detached(hub, spuid) or hub.runtime.queries.state(spuid)[0] == "ended")
         until(lambda: hub.runtime.queries.state(spuid)[0] == "ended")
-        state, reason, _seq = hub.runtime.queries.state(spuid)
+        _state, reason, _seq = hub.runtime.queries.state(spuid)
         assert "WebSocket closed" in reason and "LUCID_QUERY_ORPHAN_SECONDS" in reason
     finally:
         ws.close()

@@ -281,3 +281,31 @@ as settings, credentials from the operator's Secret (never in the ConfigMap), it
   secret: {secretName: {{ .Values.store.ca.existingSecret }}, defaultMode: 0400}
 {{- end }}
 {{- end -}}
+
+{{/* MQTT, client registration and the default graph (docs/queries.md, docs/auth.md,
+docs/http-api.md): settings as values, secrets from the operator's Secrets. */}}
+{{- define "lucid-hub.channelsEnv" -}}
+{{- $m := .Values.mqtt -}}
+{{- if $m.url }}
+- {name: LUCID_MQTT_URL, value: {{ $m.url | quote }}}
+- {name: LUCID_MQTT_TOPIC_PREFIX, value: {{ $m.topicPrefix | quote }}}
+{{- with $m.user }}
+- {name: LUCID_MQTT_USER, value: {{ . | quote }}}
+- name: LUCID_MQTT_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ required "mqtt.existingSecret is required with mqtt.user" $m.existingSecret }}, key: {{ $m.passwordKey }}}}
+{{- end }}
+{{- end }}
+{{- $r := .Values.registration -}}
+{{- if ne $r.mode "off" }}
+- {name: LUCID_DCR, value: {{ $r.mode | quote }}}
+- {name: LUCID_DCR_GROUPS, value: {{ $r.groups | quote }}}
+- {name: LUCID_DCR_SCOPES, value: {{ $r.scopes | quote }}}
+{{- if eq $r.mode "token" }}
+- name: LUCID_DCR_TOKEN
+  valueFrom: {secretKeyRef: {name: {{ required "registration.existingSecret is required with registration.mode token" $r.existingSecret }}, key: {{ $r.tokenKey }}}}
+{{- end }}
+{{- end }}
+{{- with .Values.defaultGraph }}
+- {name: LUCID_DEFAULT_GRAPH, value: {{ . | quote }}}
+{{- end }}
+{{- end -}}

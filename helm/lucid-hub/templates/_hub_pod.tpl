@@ -38,6 +38,7 @@ template:
           {{- include "lucid-hub.env" . | nindent 10 }}
           {{- include "lucid-hub.kafkaEnv" . | nindent 10 }}
           {{- include "lucid-hub.storeEnv" . | nindent 10 }}
+          {{- include "lucid-hub.channelsEnv" . | nindent 10 }}
           {{- include "lucid-hub.extraEnv" . | nindent 10 }}
         livenessProbe:
           httpGet: {path: /healthz, port: http}
