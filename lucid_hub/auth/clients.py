@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from sqlalchemy import select
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -18,6 +20,9 @@ from lucid_hub.errors import InputError, NotFoundError
 from lucid_hub.networks import check_prefix
 
 SCOPES = ("graphs:read", "graphs:write", "hub:subscribe", "admin")
+# Claims of the hub's own tokens: no client attribute may take their names.
+RESERVED_CLAIMS = frozenset({"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "scope", "client_id", "azp", "groups",
+                             "name", "attributes", "cnf", "act"})
 AUTH_METHODS = ("client_secret_basic", "client_secret_post")
 # A hash to check against when the client does not exist, so that the answer takes as long.
 _DUMMY_HASH = generate_password_hash("not a secret")
@@ -35,6 +40,7 @@ class ClientRecord:
     callback_prefixes: tuple[str, ...]
     created_at: datetime
     disabled: bool = False
+    attributes: tuple[tuple[str, str], ...] = ()  # (claim, value): in its tokens, for requiresAttribute
 
     # --- authlib ClientMixin -------------------------------------------------------
     def get_client_id(self) -> str:
@@ -67,14 +73,30 @@ class ClientRecord:
     def to_json(self) -> dict[str, Any]:
         """What the admin API shows of a client (never the secret or its hash)."""
         return {"client_id": self.client_id, "name": self.name, "groups": list(self.groups),
+                "attributes": [f"{claim}={value}" for claim, value in self.attributes],
                 "scopes": list(self.scopes), "callback_prefixes": list(self.callback_prefixes),
                 "created_at": self.created_at.isoformat(), "disabled": self.disabled}
 
 
 def _record(row: OAuthClient) -> ClientRecord:
+    attributes = tuple(tuple(unquote(part) for part in word.split("=", 1)) for word in (row.attributes or "").split())
     return ClientRecord(row.client_id, row.name, row.secret_hash, tuple(row.groups.split()),
                         tuple(row.scopes.split()), tuple(row.callback_prefixes.split()),
-                        row.created_at, row.disabled)
+                        row.created_at, row.disabled, attributes)  # type: ignore[arg-type]
+
+
+def attributes_of(values: list[str]) -> list[tuple[str, str]]:
+    """A client's attributes from "claim=value" words; InputError for one that is not."""
+    out = []
+    for value in values:
+        claim, sep, wanted = value.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", claim) or not 0 < len(wanted) <= 256:
+            raise InputError(f"attribute {value[:80]!r} must be claim=value (a claim name of letters, digits, '_', "
+                             "'.', ':', '-'; a value of 1-256 characters)")
+        if claim in RESERVED_CLAIMS:
+            raise InputError(f"{claim} is a claim the hub sets itself; name the attribute otherwise")
+        out.append((claim, wanted))
+    return out
 
 
 def _check_words(kind: str, values: list[str]) -> list[str]:
@@ -91,7 +113,8 @@ class ClientRegistry:
         self.db = db
 
     def create(self, name: str, *, groups: list[str] | None = None, scopes: list[str] | None = None,
-               callback_prefixes: list[str] | None = None) -> tuple[ClientRecord, str]:
+               callback_prefixes: list[str] | None = None,
+               attributes: list[str] | None = None) -> tuple[ClientRecord, str]:
         """A new client and its secret (shown once; only its hash is kept)."""
         if not name.strip() or len(name) > 255:
             raise InputError("a client needs a name of 1-255 characters")
@@ -104,7 +127,12 @@ class ClientRegistry:
             check_prefix(prefix)
         secret = secrets.token_urlsafe(32)
         group_list = _check_words("group", groups or [])
+        if any(g.startswith("urn:lucid-hub:") for g in group_list):
+            raise InputError("groups of the hub's own namespace (urn:lucid-hub:) are the hub's to give; use "
+                             "attributes for a client's claims")
+        pairs = attributes_of(attributes or [])
         row = OAuthClient(client_id=f"lc-{secrets.token_hex(8)}", name=name.strip(),
+                          attributes=" ".join(f"{quote(c, safe='')}={quote(v, safe='')}" for c, v in pairs),
                           secret_hash=generate_password_hash(secret), groups=" ".join(group_list),
                           scopes=" ".join(scopes), callback_prefixes=" ".join(prefixes),
                           created_at=datetime.now(UTC), disabled=False)

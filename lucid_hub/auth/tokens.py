@@ -14,6 +14,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from lucid_hub.auth.clients import ClientRecord
 from lucid_hub.db.models import RevokedToken
 from lucid_hub.db.session import Database
 from lucid_hub.errors import AuthenticationError, ConfigError, InputError
-from lucid_hub.policy.decisions import Party
+from lucid_hub.policy.decisions import ATTRIBUTE_PREFIX, Party, attribute_group
 from lucid_hub.signing import ALGORITHM, VERIFY_ALGORITHMS, KeyRing
 
 EXTERNAL_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "Ed25519", "EdDSA"]
@@ -51,11 +52,14 @@ class Principal:
     jti: str
     expires_at: int
     claims: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    attributes: frozenset[tuple[str, str]] = frozenset()  # (claim, value) access conditions may require
 
     @property
     def party(self) -> Party:
-        """What access decisions depend on (tokens of one party share cached decisions)."""
-        return Party(self.account, self.endpoint_id, self.groups)
+        """What access decisions depend on (tokens of one party share cached decisions); its
+        attributes are groups of the hub's own namespace (decisions.attribute_group)."""
+        return Party(self.account, self.endpoint_id,
+                     self.groups | {attribute_group(claim, value) for claim, value in self.attributes})
 
     def check_client(self, client: ClientRecord) -> bool:
         """authlib (revocation, introspection): was this token issued to `client`?"""
@@ -83,6 +87,9 @@ class TrustedIssuer:
     account_claim: str = "sub"
     client_claim: str = "azp"
     scope_claim: str = "scope"
+    # The claims of this issuer's tokens that access conditions may require (requiresAttribute):
+    # a partner tier, a country. Only these: a token's other claims never make parties differ.
+    attribute_claims: tuple[str, ...] = ()
     # Least seconds between fetches of the issuer's keys (an unknown kid triggers one).
     jwks_refresh_seconds: float = JWKS_REFRESH
 
@@ -114,7 +121,10 @@ class TrustedIssuer:
             if lacking:
                 raise ConfigError(f"LUCID_TRUSTED_ISSUERS: the issuer {item.get('issuer') or '(unnamed)'!r} lacks "
                                   f"{', '.join(lacking)} (each needs issuer, audience and jwks_uri or jwks_file)")
-            issuers.append(cls(**item))
+            claims = item.get("attribute_claims", [])
+            if not isinstance(claims, list) or not all(isinstance(c, str) and c for c in claims):
+                raise ConfigError("LUCID_TRUSTED_ISSUERS: attribute_claims is a list of claim names")
+            issuers.append(cls(**{**item, "attribute_claims": tuple(claims)}))
         return issuers
 
 
@@ -126,6 +136,22 @@ def _claim(claims: dict[str, Any], path: str) -> Any:
             return None
         value = value.get(part)
     return value
+
+
+MAX_ATTRIBUTES = 32  # attribute values one token carries at most (more are not read)
+
+
+def _attributes(claims: dict[str, Any], names: Iterable[str]) -> frozenset[tuple[str, str]]:
+    """(claim, value) of the named claims: strings, numbers and booleans, or lists of them."""
+    found: set[tuple[str, str]] = set()
+    for name in names:
+        value = _claim(claims, name)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            if isinstance(item, str | int | float) and 0 < len(str(item)) <= 256:
+                found.add((name, str(item)))
+    return frozenset(sorted(found)[:MAX_ATTRIBUTES])
 
 
 def _strings(value: Any) -> frozenset[str]:
@@ -212,6 +238,11 @@ class TokenService:
         claims = {"iss": self.issuer, "sub": client.client_id, "aud": self.audience, "client_id": client.client_id,
                   "iat": now, "exp": now + self.lifetime, "jti": secrets.token_urlsafe(16), "scope": scope,
                   "groups": list(client.groups), "name": client.name}
+        if client.attributes:
+            attributes: dict[str, list[str]] = {}
+            for claim, value in client.attributes:
+                attributes.setdefault(claim, []).append(value)
+            claims["attributes"] = attributes
         header = {"alg": ALGORITHM, "typ": "at+jwt", "kid": self._signing.kid}
         return jwt.encode(header, claims, self._signing.key, algorithms=[ALGORITHM])
 
@@ -279,13 +310,19 @@ class TokenService:
         if mapping is None:
             account, endpoint = str(claims["sub"]), str(claims.get("client_id", claims["sub"]))
             groups, scopes = _strings(claims.get("groups")), _strings(claims.get("scope"))
+            given = claims.get("attributes")  # the client's, as the hub issued them
+            attributes = _attributes(given, given) if isinstance(given, dict) else frozenset()
         else:
             account = str(_claim(claims, mapping.account_claim) or claims["sub"])
             endpoint = str(_claim(claims, mapping.client_claim) or claims.get("client_id") or account)
             groups = _strings(_claim(claims, mapping.groups_claim))
             scopes = _strings(_claim(claims, mapping.scope_claim))
+            attributes = _attributes(claims, mapping.attribute_claims)
+        # attributes are the hub's to say, from the claims it reads: a group that looks like one is dropped
+        groups = frozenset(g for g in groups if not g.startswith(ATTRIBUTE_PREFIX))
         jti = str(claims.get("jti") or f"{claims['iss']}|{claims['sub']}|{claims.get('iat')}")
-        return Principal(account, endpoint, groups, scopes, str(claims["iss"]), jti, int(claims["exp"]), claims)
+        return Principal(account, endpoint, groups, scopes, str(claims["iss"]), jti, int(claims["exp"]), claims,
+                         attributes)
 
     # --- revocation ------------------------------------------------------------------
     def revoke(self, principal: Principal) -> None:

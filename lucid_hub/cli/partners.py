@@ -143,14 +143,16 @@ def clients() -> None:
 @clients.command("create")
 @click.option("--name", required=True, help="Who the client is (a partner's hub, a publisher's job).")
 @click.option("--group", "groups", multiple=True, help="A group access conditions can require (repeatable).")
+@click.option("--attribute", "attributes", multiple=True,
+              help="claim=value its tokens carry, for conditions' requiresAttribute, e.g. tier=gold (repeatable).")
 @click.option("--scope", "scopes", multiple=True,
               help="graphs:read, graphs:write, hub:subscribe or admin (repeatable; default: graphs:read "
                    "hub:subscribe).")
 @click.option("--callback-prefix", "callback_prefixes", multiple=True,
               help="URL prefix the client's WebSub callbacks must start with (repeatable).")
 @pass_ctx
-def clients_create(state: Context, name: str, groups: tuple[str, ...], scopes: tuple[str, ...],
-                   callback_prefixes: tuple[str, ...]) -> None:
+def clients_create(state: Context, name: str, groups: tuple[str, ...], attributes: tuple[str, ...],
+                   scopes: tuple[str, ...], callback_prefixes: tuple[str, ...]) -> None:
     """Create a client; prints JSON with client_id and client_secret (shown only now)."""
 
     from lucid_hub.auth.clients import ClientRegistry
@@ -159,12 +161,14 @@ def clients_create(state: Context, name: str, groups: tuple[str, ...], scopes: t
     remote = hub_for(state, None, None)
     if remote:
         created = call_hub(*remote, "POST", "/admin/clients", json={"name": name, "groups": list(groups),
+                                                                     "attributes": list(attributes),
                                                                      "scopes": words or None,
                                                                      "callback_prefixes": list(callback_prefixes)})
     else:
         with open_database(state) as database:
             record, secret = ClientRegistry(database).create(
-                name, groups=list(groups), scopes=words or None, callback_prefixes=list(callback_prefixes))
+                name, groups=list(groups), scopes=words or None, callback_prefixes=list(callback_prefixes),
+                attributes=list(attributes))
         created = {**record.to_json(), "client_secret": secret}
     click.echo(json.dumps(created, indent=2))
 

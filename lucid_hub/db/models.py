@@ -107,6 +107,8 @@ class OAuthClient(Base):
     name: Mapped[str] = mapped_column(String(255))
     secret_hash: Mapped[str] = mapped_column(String(255))
     groups: Mapped[str] = mapped_column(String(4096), default="")  # space-separated
+    # claim=value words, percent-encoded: the attributes its tokens carry (requiresAttribute)
+    attributes: Mapped[str] = mapped_column(String(4096), default="", server_default="")
     scopes: Mapped[str] = mapped_column(String(1024), default="")  # space-separated
     callback_prefixes: Mapped[str] = mapped_column(String(8192), default="")  # space-separated URLs
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

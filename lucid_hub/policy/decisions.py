@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import quote
 
 from lucid_hub.policy.model import ALL_GRAPHS_ALIASES, EVERYONE, Condition
 
@@ -19,6 +20,7 @@ Action = Literal["read", "write"]
 RESERVED_PREFIX = "urn:lucid-hub:"  # the hub's own graphs (the policy graph): never granted
 CACHE_LIMIT = 200_000
 ANONYMOUS_ACCOUNT = "urn:lucid-hub:anonymous"
+ATTRIBUTE_PREFIX = "urn:lucid-hub:attribute:"
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,16 @@ def applies(condition: Condition, party: Party) -> bool:
         return False
     return (all(g == EVERYONE or g in party.groups for g in condition.requiresGroup)
             and all(a == party.account for a in condition.requiresAccount)
-            and all(e == party.endpoint_id for e in condition.requiresEndpointId))
+            and all(e == party.endpoint_id for e in condition.requiresEndpointId)
+            and all(attribute_group(*a.split("=", 1)) in party.groups for a in condition.requiresAttribute))
+
+
+def attribute_group(claim: str, value: str) -> str:
+    """How a party carries an attribute (a claim of its token that access conditions may
+    require: a partner tier, a country): as a group of the hub's own namespace, which no client
+    or issuer can give itself (tokens.py strips such groups), so that every place that keeps a
+    party's groups keeps its attributes too."""
+    return f"{ATTRIBUTE_PREFIX}{quote(claim, safe='')}={quote(value, safe='')}"
 
 
 def grants(condition: Condition, graph: str, action: Action) -> bool:

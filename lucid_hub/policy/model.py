@@ -2,12 +2,14 @@
 (Turtle) and JSON, validated on the way in.
 
 A condition applies to a party when all its required attributes hold (groups, account,
-endpoint id); it then grants read or write (write implies read) on graphs named one by one,
-on graph IRI patterns (a constant prefix with a trailing `*`), or on all graphs.
+endpoint id, and any claim of its token: `requiresAttribute`); it then grants read or write
+(write implies read) on graphs named one by one, on graph IRI patterns (a constant prefix
+with a trailing `*`), or on all graphs.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -33,12 +35,20 @@ PROPERTIES = {
     "requiresGroup": ECCAUTH + "requiresGroup",
     "requiresAccount": ECCAUTH + "requiresAccount",
     "requiresEndpointId": ECCAUTH + "requiresEndpointId",
+    "requiresAttribute": ECCAUTH + "requiresAttribute",  # "claim=value"; sub-properties: below
     "readGraph": ECCAUTH + "readGraph",
     "writeGraph": ECCAUTH + "writeGraph",
     "grantReadGraphPattern": ECCAUTH + "grantReadGraphPattern",
     "grantWriteGraphPattern": ECCAUTH + "grantWriteGraphPattern",
 }
-REQUIREMENTS = ("requiresGroup", "requiresAccount", "requiresEndpointId")
+REQUIREMENTS = ("requiresGroup", "requiresAccount", "requiresEndpointId", "requiresAttribute")
+# Any other attribute, as LUCID describes it: a property declared a sub-property of
+# eccauth:requiresAttribute, naming the token claim it tests (lh:claim; by default its local
+# name after "requires": ex:requiresTier tests the claim "tier").
+REQUIRES_ATTRIBUTE = ECCAUTH + "requiresAttribute"
+RDFS_SUBPROPERTY = "http://www.w3.org/2000/01/rdf-schema#subPropertyOf"
+LH_CLAIM = "https://w3id.org/lucid-hub#claim"
+_CLAIM = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 GRAPH_FIELDS = ("readGraph", "writeGraph")
 PATTERN_FIELDS = ("grantReadGraphPattern", "grantWriteGraphPattern")
 _BY_IRI = {iri: name for name, iri in PROPERTIES.items()}
@@ -69,6 +79,7 @@ class Condition:
     requiresGroup: tuple[str, ...] = ()  # field names are the vocabulary's
     requiresAccount: tuple[str, ...] = ()
     requiresEndpointId: tuple[str, ...] = ()
+    requiresAttribute: tuple[str, ...] = ()  # "claim=value": the token's claim holds the value
     readGraph: tuple[str, ...] = ()
     writeGraph: tuple[str, ...] = ()
     grantReadGraphPattern: tuple[str, ...] = ()
@@ -90,6 +101,11 @@ class Condition:
             for value in getattr(self, name):
                 if not value or len(value) > 2048:
                     raise PolicyError(f"{name} values must be 1-2048 characters")
+        for value in self.requiresAttribute:
+            claim, sep, wanted = value.partition("=")
+            if not sep or not _CLAIM.fullmatch(claim) or not wanted or len(wanted) > 256:
+                raise PolicyError(f"requiresAttribute {value[:80]!r} must be claim=value (a claim name of letters, "
+                                  "digits, '_', '.', ':', '-'; a value of 1-256 characters)")
         if EVERYONE in self.requiresGroup and (self.writeGraph or self.grantWriteGraphPattern):
             raise PolicyError(f"condition <{self.iri}> is for everyone ({EVERYONE}): it may grant read only, "
                               "never write")
@@ -155,11 +171,42 @@ class Condition:
         return out
 
 
+def _attribute_claims(quads: list[ox.Quad], source: str) -> dict[str, str]:
+    """The sub-properties of eccauth:requiresAttribute the document declares, and the claim
+    each tests (its lh:claim, else its local name after "requires", first letter lowered)."""
+    declared = {q.subject.value for q in quads if isinstance(q.subject, ox.NamedNode)
+                and q.predicate.value == RDFS_SUBPROPERTY and q.object == ox.NamedNode(REQUIRES_ATTRIBUTE)}
+    claims: dict[str, str] = {}
+    for prop in declared:
+        named = [q.object.value for q in quads if q.subject == ox.NamedNode(prop) and q.predicate.value == LH_CLAIM
+                 and isinstance(q.object, ox.Literal)]
+        local = re.split(r"[#/]", prop)[-1]
+        local = local[len("requires"):] if local.startswith("requires") and len(local) > 8 else local
+        claim = named[0] if named else local[:1].lower() + local[1:]
+        if not _CLAIM.fullmatch(claim):
+            raise PolicyError(f"{source}: <{prop}> tests the claim {claim!r}, which is not a claim name; give it "
+                              "lh:claim")
+        claims[prop] = claim
+    return claims
+
+
 def conditions_from_quads(quads: Iterable[ox.Quad], source: str) -> list[Condition]:
-    """The access conditions in RDF; anything that is not one is an error, not ignored."""
+    """The access conditions in RDF; anything that is not one is an error, not ignored. The
+    document may declare attribute properties (sub-properties of eccauth:requiresAttribute);
+    a condition's value of one is kept as requiresAttribute "claim=value"."""
+    quads = list(quads)
+    attributes = _attribute_claims(quads, source)
     subjects: dict[str, dict[str, list[str]]] = {}
     typed: set[str] = set()
     for q in quads:
+        if isinstance(q.subject, ox.NamedNode) and q.subject.value in attributes:
+            if q.predicate.value not in (RDFS_SUBPROPERTY, LH_CLAIM, RDFS_LABEL, RDFS_COMMENT):
+                raise PolicyError(f"{source}: the attribute property <{q.subject.value}> takes rdfs:subPropertyOf, "
+                                  f"lh:claim, rdfs:label and rdfs:comment only, not <{q.predicate.value}>")
+            continue
+        if q.predicate.value in attributes and isinstance(q.object, ox.Literal | ox.NamedNode):
+            q = ox.Quad(q.subject, ox.NamedNode(REQUIRES_ATTRIBUTE),
+                        ox.Literal(f"{attributes[q.predicate.value]}={q.object.value}"), q.graph_name)
         if not isinstance(q.subject, ox.NamedNode):
             raise PolicyError(f"{source}: access conditions are named by IRIs, not blank nodes ({q.subject})")
         p = q.predicate.value

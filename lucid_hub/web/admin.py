@@ -175,12 +175,12 @@ def list_clients() -> Response:
 
 @api.post("/clients")
 def create_client() -> Response:
-    usage = '{"name": ..., "groups": [...], "scopes": [...], "callback_prefixes": [...]}'
+    usage = '{"name": ..., "groups": [...], "attributes": ["claim=value"], "scopes": [...], "callback_prefixes": [...]}'
     data = json_object_body(usage)
     if not isinstance(data.get("name"), str):
         raise InputError(f"send {usage}")
     lists = {}
-    for key in ("groups", "scopes", "callback_prefixes"):
+    for key in ("groups", "scopes", "callback_prefixes", "attributes"):
         value = data.get(key)
         if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
             raise InputError(f"{key} must be a list of strings")

@@ -26,9 +26,9 @@ RULE_TYPES = ("text/plain", "application/x-lucid-rules")
 def _owner() -> tuple[Principal, Owner]:
     caller = principal()
     if "admin" in caller.scopes:
-        return caller, Owner(True, caller.account, caller.endpoint_id, tuple(sorted(caller.groups)))
+        return caller, Owner(True, caller.account, caller.endpoint_id, tuple(sorted(caller.party.groups)))
     caller = require_scope("graphs:write")
-    return caller, Owner(False, caller.account, caller.endpoint_id, tuple(sorted(caller.groups)))
+    return caller, Owner(False, caller.account, caller.endpoint_id, tuple(sorted(caller.party.groups)))
 
 
 def _visible(owner: Owner, rules: list[Registered]) -> list[Registered]:

@@ -61,7 +61,7 @@ def hub() -> Response:
     if not _known(graph):
         raise NotFoundError(f"unknown topic: this hub has no graph <{graph}>")
     runtime().hub.accept(Request(mode, graph, topic, callback, lease, secret, media_type, caller.account,
-                                    caller.endpoint_id, caller.groups, admin="admin" in caller.scopes))
+                                    caller.endpoint_id, caller.party.groups, admin="admin" in caller.scopes))
     return text(202, f"{mode} request accepted; the hub verifies it with the callback")
 
 
