@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lucid_bench.arrivals import Arrivals
 from lucid_hub.demo.ports import free_port
 
 
@@ -45,7 +46,7 @@ def broker() -> Iterator[str | None]:
             proc.wait(timeout=10)
 
 
-class MqttReader:
+class MqttReader(Arrivals):
     """A paho-mqtt client on the hub's topics: when each status value arrived."""
 
     def __init__(self, url: str) -> None:
@@ -74,12 +75,6 @@ class MqttReader:
                 if status.startswith("st-"):
                     self.arrived.setdefault(status, at)
             self.changed.notify_all()
-
-    def wait_for(self, statuses: list[str], timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while any(s not in self.arrived for s in statuses) and time.monotonic() < deadline:
-                self.changed.wait(deadline - time.monotonic())
 
     def close(self) -> None:
         self.client.loop_stop()

@@ -35,6 +35,7 @@ import click
 import psutil
 import requests
 
+from lucid_bench.arrivals import Arrivals
 from lucid_hub.demo.ports import free_port
 
 EX = "http://example.org/bench/"
@@ -80,7 +81,7 @@ def query(n: int, partner: str | None = None) -> str:
 
 
 @dataclass
-class Receiver:
+class Receiver(Arrivals):
     """WebSockets carrying the subscriptions; when each status value was first notified."""
 
     url: str
@@ -128,13 +129,6 @@ class Receiver:
                     self.changed.notify_all()
         except ConnectionClosed:
             return
-
-    def wait_for(self, statuses: list[str], timeout: float = 30) -> None:
-        """Until every one of these status values has been notified, or `timeout`."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while any(s not in self.arrived for s in statuses) and time.monotonic() < deadline:
-                self.changed.wait(deadline - time.monotonic())
 
     def close(self) -> None:
         for ws in self.sockets:

@@ -10,6 +10,7 @@ from flask import Blueprint, Response, g, request
 
 from lucid_hub.auth.tokens import Principal
 from lucid_hub.errors import AuthenticationError, InputError, InputTooLargeError, NotFoundError
+from lucid_hub.policy.decisions import Action
 from lucid_hub.resources import graph_url, inbox_url, input_url, notification_url, patch_url
 from lucid_hub.streams.activities import FORMATS
 from lucid_hub.streams.inbox import LIST_MAX, AlreadyReceived, Received
@@ -110,22 +111,29 @@ def inbox() -> Response:
     return Response(_document(request_uri(), items).render(media_type), mimetype=media_type, headers=headers)
 
 
+def _posted(graph: str, action: Action, what: str) -> tuple[Principal, bytes]:
+    """The caller, when it may `action` the graph (which exists), and the body it posted, of
+    at most LUCID_INBOX_MAX_BYTES (413 before more is read)."""
+    caller = require_graph(graph, action)
+    if not runtime().archive.exists(graph):
+        raise NotFoundError(f"no graph <{graph}> on this hub")
+    limit = runtime().settings.inbox_max_bytes
+    if (request.content_length or 0) > limit:
+        raise InputTooLargeError(f"{what} is at most {limit:,} bytes (LUCID_INBOX_MAX_BYTES)")
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise InputTooLargeError(f"{what} is at most {limit:,} bytes (LUCID_INBOX_MAX_BYTES)")
+    return caller, body
+
+
 @blueprint.post("/inbox")
 def receive() -> Response:
     """A notification (LDN §4.2): 201 with its Location; 409 with the first copy's for a
     replay; 4xx with the constraints' link for a body the inbox does not take."""
     graph = graph_param()
     g.error_headers = _inbox_headers()
-    caller = require_graph(graph, "read")
+    caller, body = _posted(graph, "read", "a notification")
     hub = runtime()
-    if not hub.archive.exists(graph):
-        raise NotFoundError(f"no graph <{graph}> on this hub")
-    limit = hub.settings.inbox_max_bytes
-    if (request.content_length or 0) > limit:
-        raise InputTooLargeError(f"a notification is at most {limit:,} bytes")
-    body = request.stream.read(limit + 1)
-    if len(body) > limit:
-        raise InputTooLargeError(f"a notification is at most {limit:,} bytes")
     item = hub.inbox.receive(graph, caller.account, caller.endpoint_id, body, (request.mimetype or "").lower())
     url = notification_url(hub.settings.public_url, item.id)
     return Response(f"{url}\n", status=201, mimetype="text/plain", headers={**_inbox_headers(), "Location": url})
@@ -150,16 +158,9 @@ def stream_input() -> Response:
     with it for the same element sent again."""
     graph = graph_param()
     g.error_headers = _input_headers()
-    caller = require_graph(graph, "write")
+    caller, body = _posted(graph, "write", "a stream element")
     hub = runtime()
-    if not hub.archive.exists(graph):
-        raise NotFoundError(f"no graph <{graph}> on this hub")
     limit = hub.settings.inbox_max_bytes
-    if (request.content_length or 0) > limit:
-        raise InputTooLargeError(f"a stream element is at most {limit:,} bytes (LUCID_INBOX_MAX_BYTES)")
-    body = request.stream.read(limit + 1)
-    if len(body) > limit:
-        raise InputTooLargeError(f"a stream element is at most {limit:,} bytes (LUCID_INBOX_MAX_BYTES)")
     receiver = StreamInput(hub.inbox)
     digest = receiver.digest(graph, caller.account, body)
     seen = receiver.seen(digest)
