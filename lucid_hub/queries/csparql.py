@@ -185,7 +185,10 @@ def _aggregate_clause(tokens: list[_Token], cut: list[tuple[int, int]]) -> list[
     while k < close:
         if tokens[k].text != "(":
             raise InputError(f"AGGREGATE lists (?var, FUNCTION(?x), ?group ...) tuples, not {tokens[k].text[:40]!r}")
-        end = next(m for m in range(k + 1, close + 1) if tokens[m].text == ")" and tokens[m].depth == tokens[k].depth)
+        end = next((m for m in range(k + 1, close + 1) if tokens[m].text == ")" and tokens[m].depth == tokens[k].depth),
+                   None)
+        if end is None:
+            raise InputError("an AGGREGATE tuple is not closed with )")
         parts: list[list[_Token]] = [[]]
         for t in tokens[k + 1:end]:
             if t.text == "," and t.depth == tokens[k].depth + 1:
@@ -231,14 +234,16 @@ def _aggregated(sparql: str, aggregates: list[tuple[str, str, list[str]]], form:
         (k for k, t in enumerate(tokens) if t.depth == 0 and t.text == "{" and form != "CONSTRUCT"), None)
     if first is None or first >= len(tokens) or tokens[first].text != "{":
         raise InputError("AGGREGATE needs the query's WHERE { ... } pattern")
-    close = next(k for k in range(first + 1, len(tokens)) if tokens[k].text == "}" and tokens[k].depth == 0)
+    close = next((k for k in range(first + 1, len(tokens)) if tokens[k].text == "}" and tokens[k].depth == 0), None)
+    if close is None:
+        raise InputError("the query's WHERE { ... } is not closed with }")
     pattern = sparql[tokens[first].end:tokens[close].start]
     joins = "".join(
         f" {{ SELECT {' '.join(groups)} ({expression} AS {var}) WHERE {{{pattern}}}"
         f"{' GROUP BY ' + ' '.join(groups) if groups else ''} }}" for var, expression, groups in aggregates)
     rewritten = sparql[:tokens[close].start] + joins + " " + sparql[tokens[close].start:]
     if form == "SELECT":
-        select = next(k for k, t in enumerate(tokens) if t.depth == 0 and t.text.upper() == "SELECT")
+        select = next((k for k, t in enumerate(tokens) if t.depth == 0 and t.text.upper() == "SELECT"), 0)
         star = any(t.text == "*" for t in tokens[select:first])
         if not star:
             at = tokens[where].start if where is not None else tokens[first].start

@@ -98,10 +98,24 @@ def test_the_papers_listing_reads_as_a_stream_a_window_a_static_graph_and_an_agg
     ("REGISTER QUERY q AS SELECT * FROM STREAM ex:g [RANGE 1h STEP 10m] WHERE { ?s ?p ?o }", "angle brackets"),
     ("REGISTER QUERY q AS SELECT * FROM STREAM <http://g> [RANGE 1h STEP 10m] WHERE { ?s ?p ?o } AGGREGATE "
      "{ (SUM(?o)) }", "AGGREGATE tuple"),
+    ("REGISTER QUERY q AS SELECT * FROM STREAM <http://g> [RANGE 1h STEP 10m] WHERE { ?s ?p ?o } AGGREGATE "
+     "{ (?t, SUM(?o) }", "not closed"),
 ])
 def test_malformed_registrations_are_refused_with_the_reason(text: str, says: str) -> None:
     with pytest.raises(InputError, match=says):
         csparql.parse(text)
+
+
+def test_every_cut_of_the_papers_listing_is_read_or_refused_with_a_reason() -> None:
+    """A hostile or broken client's text, cut anywhere (unclosed windows, tuples, braces):
+    the reader answers with what it read or an InputError, never anything else."""
+    for text in (LISTING_1, SECTION_4):
+        for end in range(len(text) + 1):
+            for cut in (text[:end], text[:end] + "}" * 3, text[end:]):
+                try:
+                    csparql.parse(cut)
+                except InputError:
+                    pass
 
 
 # --- on a hub --------------------------------------------------------------------------------

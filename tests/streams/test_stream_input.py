@@ -164,3 +164,21 @@ def test_replays_strangers_readers_and_bad_elements_leave_nothing(sensors_hub: R
     statuses = [http.post(input_url(hub), data=json.dumps(element(4 + n % 5, float(n))), headers=ld,
                           timeout=30).status_code for n in range(16)]
     assert 429 in statuses and statuses[0] == 201
+
+
+def test_every_cut_of_an_element_is_read_or_refused_with_a_reason() -> None:
+    """Elements cut anywhere (a sender's broken upload): an Element or a 4xx error, never
+    anything else."""
+    from lucid_hub.errors import LucidError
+    from lucid_hub.streams.stream_input import parse_element
+    from lucid_hub.web.errors import status_of
+
+    trig = (b'@prefix prov: <http://www.w3.org/ns/prov#> . @prefix ex: <http://example.org#> .\n'
+            b'ex:G2 prov:generatedAtTime "2017-07-22T06:00:00Z" .\nex:G2 { ex:obs2 ex:hasValue 44.5 ; ex:at [ ex:r "3" ] . }\n')
+    for media_type, text in (("application/ld+json", json.dumps(PAPER_ELEMENT).encode()), ("application/trig", trig)):
+        for end in range(len(text) + 1):
+            for cut in (text[:end], text[end:]):
+                try:
+                    parse_element(cut, media_type, "http://hub.test/streams/input?graph=x", 65536)
+                except LucidError as exc:
+                    assert 400 <= status_of(exc) < 500, (cut[:80], exc)
