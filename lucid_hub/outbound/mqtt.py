@@ -77,6 +77,7 @@ class MqttPublisher:
             client.on_connect = lambda c, userdata, flags, reason, props: (
                 self._connected.set() if not reason.is_failure else self._connected.clear())
             client.on_disconnect = lambda c, userdata, flags, reason, props: self._connected.clear()
+            client.reconnect_delay_set(min_delay=1, max_delay=30)
             client.connect_async(self.host, self.port, keepalive=30)
             client.loop_start()
             self._client = client

@@ -182,7 +182,9 @@ class Webhooks:
                 self.end(sid, "the callback answered 410 Gone: the subscription ended")
                 return False
             attempts += 1
-            if attempts >= self.settings.delivery_max_attempts:
+            # A broker that is down is the operator's outage, not the partner's: MQTT subscriptions
+            # wait for it (backoff up to LUCID_DELIVERY_BACKOFF_MAX) rather than end.
+            if attempts >= self.settings.delivery_max_attempts and not callback.startswith(MQTT):
                 self.end(sid, f"the callback failed {attempts} times in a row (last: {error}): the subscription "
                               "ended (LUCID_DELIVERY_MAX_ATTEMPTS)")
                 return False

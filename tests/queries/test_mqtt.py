@@ -40,11 +40,16 @@ class Broker:
                                    encoding="utf-8")
         (where / "mosquitto.conf").write_text(
             f"listener {self.port} 127.0.0.1\nallow_anonymous false\npassword_file {self.passwords}\n"
-            f"acl_file {where / 'acl'}\npersistence false\nlog_dest stderr\nlog_type error\n"
+            f"acl_file {where / 'acl'}\npersistence true\npersistence_location {where}/\n"
+            "log_dest stderr\nlog_type error\n"
             # as root, Mosquitto drops to its own user, who cannot read the test's files
             + (f"user {getpass.getuser()}\n" if os.geteuid() == 0 else ""), encoding="utf-8")
         self.add("hub", "hub-secret")
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(where / "mosquitto.conf")], stderr=subprocess.PIPE)
+        self.conf = where / "mosquitto.conf"
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.conf)], stderr=subprocess.PIPE)
         for _ in range(200):  # until it listens (it starts in milliseconds; a loaded machine takes longer)
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
                 return
@@ -88,16 +93,26 @@ def mqtt_hub(tmp_path: Path, db_url: str, broker: Broker) -> Iterator[RunningHub
 class Reader:
     """A partner's paho-mqtt client: what arrives on its topic filter, in order."""
 
-    def __init__(self, broker: Broker, user: str, password: str, topic: str) -> None:
+    def __init__(self, broker: Broker, user: str, password: str, topic: str, *, session: bool = False) -> None:
+        """`session`: the broker keeps the reader's subscription and queues what it misses while
+        away (MQTT 5 clean_start false, a session expiry), across a restart of the broker too."""
         self.messages: queue.Queue[Any] = queue.Queue()
         self.granted: queue.Queue[Any] = queue.Queue()
         self.client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id=f"reader-{user}",
                                   protocol=mqtt.MQTTv5)
+        self.session = session
         self.client.username_pw_set(user, password)
         self.client.on_connect = lambda c, u, f, reason, p: c.subscribe(topic, qos=1)
         self.client.on_subscribe = lambda c, u, mid, codes, p: self.granted.put(codes)
         self.client.on_message = lambda c, u, message: self.messages.put(message)
-        self.client.connect("127.0.0.1", broker.port)
+        properties = None
+        if session:
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = 600
+        self.client.connect("127.0.0.1", broker.port, clean_start=not session, properties=properties)
         self.client.loop_start()
 
     def next(self, timeout: float = 30) -> Any:
@@ -193,3 +208,47 @@ def test_bad_mqtt_requests_are_refused(mqtt_hub: RunningHub, tmp_path: Path) -> 
     ]
     for answer, code, says in cases:
         assert answer.status_code == code and says in answer.text, (code, answer.status_code, answer.text[:300])
+
+
+def test_a_broker_outage_loses_nothing_and_ends_nothing(tmp_path: Path, broker: Broker) -> None:
+    """The operator's broker goes away while notifications are due: they wait (retried with
+    backoff, past LUCID_DELIVERY_MAX_ATTEMPTS: the outage is not the partner's) and arrive, in
+    order, when it is back."""
+    (tmp_path / "mqtt-password").write_text("hub-secret\n", encoding="utf-8")
+    env = {"LUCID_MQTT_URL": f"mqtt://127.0.0.1:{broker.port}", "LUCID_MQTT_USER": "hub",
+           "LUCID_MQTT_PASSWORD_FILE": str(tmp_path / "mqtt-password"), "LUCID_DELIVERY_TIMEOUT": "1",
+           "LUCID_DELIVERY_BACKOFF_BASE": "0.2", "LUCID_DELIVERY_BACKOFF_MAX": "1", "LUCID_DELIVERY_MAX_ATTEMPTS": "2"}
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", env) as hub:
+        put(hub, ORDERS, ORDERS_NT)
+        http, account = partner(hub, broker, "acme")
+        made = http.post(f"{hub.url}/subscriptions", json={"sparql": MINE, "mqtt": True})
+        assert made.status_code == 201, made.text
+        spuid = made.json()["notification"]["spuid"]
+        reader = Reader(broker, account, "acme-password", f"lucid-hub/{account}/#", session=True)
+        try:
+            reader.granted.get(timeout=30)
+            assert json.loads(reader.next().payload)["notification"]["sequence"] == 0
+        finally:
+            reader.close()  # away: the broker keeps its session (and queues for it)
+        broker.stop()
+        update(hub, status("o1", "open", "packed"))
+        update(hub, status("o1", "packed", "shipped"))
+        webhooks = hub.runtime.queries.webhooks
+
+        def failures() -> int:
+            described = http.get(f"{hub.url}/subscriptions/{spuid}").json()
+            return int(described["webhook"]["failures"])
+
+        deadline = threading.Event()
+        for _ in range(300):  # the hub's retries, on its own clock
+            if failures() >= 3:
+                break
+            deadline.wait(0.1)
+        assert failures() >= 3 and hub.runtime.queries.state(spuid)[0] == "active"  # past max attempts, not ended
+        broker.start()
+        reader = Reader(broker, account, "acme-password", f"lucid-hub/{account}/#", session=True)
+        try:
+            webhooks.wake()
+            assert [json.loads(reader.next(timeout=60).payload)["notification"]["sequence"] for _ in range(2)] == [1, 2]
+        finally:
+            reader.close()
