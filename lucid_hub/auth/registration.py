@@ -13,6 +13,7 @@ access conditions decide what it may read and write. Each identity registers onc
 from __future__ import annotations
 
 import hmac
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ class Registrations:
     def __init__(self, settings: Settings, clients: ClientRegistry) -> None:
         self.settings = settings
         self.clients = clients
+        self._lock = threading.Lock()
         self.token = initial_token(settings)
         self.groups = [g for g in settings.dcr_groups.replace(",", " ").split() if g]
         self.scopes = [s for s in settings.dcr_scopes.replace(",", " ").split() if s]
@@ -85,13 +87,14 @@ class Registrations:
         if not identity or len(identity) > 200:
             raise InputError("a registration names its identity: 1-200 characters")
         name = IDENTITY_PREFIX + identity
-        if any(c.name == name for c in self.clients.list()):
-            raise ConflictError(f"{identity!r} registered before; each identity registers once (its operator can "
-                                "remove the client to let it register again)")
         if not scopes:
             raise InputError(f"none of the scopes asked for may be registered for; this hub gives "
                              f"{' '.join(self.scopes)}")
-        return self.clients.create(name, groups=self.groups, scopes=scopes)
+        with self._lock:  # the same identity twice at once: one registration (in this process)
+            if any(c.name == name for c in self.clients.list()):
+                raise ConflictError(f"{identity!r} registered before; each identity registers once (its operator "
+                                    "can remove the client to let it register again)")
+            return self.clients.create(name, groups=self.groups, scopes=scopes)
 
 
 class Endpoint(ClientRegistrationEndpoint):

@@ -68,6 +68,12 @@ def test_rfc7591_registration_then_a_standard_oauth_client_takes_a_token(dcr_hub
     # the same identity once only; nothing else is made
     again = register(hub, {"client_name": "acme-dashboard"})
     assert again.status_code == 409 and "registered before" in again.text
+    # six registrations of one identity at once: one is made
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(6) as pool:
+        statuses = sorted(pool.map(lambda _n: register(hub, {"client_name": "racer"}).status_code, range(6)))
+    assert statuses == [201, 409, 409, 409, 409, 409]
 
 
 def test_registrations_without_the_initial_token_or_with_other_grants_are_refused(dcr_hub: RunningHub) -> None:
