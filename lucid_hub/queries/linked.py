@@ -143,16 +143,17 @@ def _page_of(sequence: int) -> int:
     return max(0, sequence) // PAGE
 
 
-def page(urls: ResultUrls, number: int, elements: Sequence[Element], last: int) -> Document:
+def page(urls: ResultUrls, number: int, elements: Sequence[Element], last: int, retain: int) -> Document:
     """Page `number`: the elements numbered number*PAGE … (number+1)*PAGE - 1 still kept, and
-    a relation to the next page while there is one (a full page never changes)."""
+    a relation to the next page while there is one. No page is immutable: the query keeps its
+    last `retain` elements only (the stream's retention policy says so), so old pages empty."""
     es, node = iri(urls.stream), iri(urls.page(number))
     out = [f"{node} {TYPE} <{TREE}Node>"]
     if (number + 1) * PAGE <= last:
         out += [f"{node} <{TREE}relation> _:next", f"_:next {TYPE} <{TREE}Relation>",
                 f"_:next <{TREE}node> {iri(urls.page(number + 1))}"]
-    if (number + 1) * PAGE - 1 <= last:
-        out.append(f'{node} <{LDES}immutable> "true"^^<{XSD}boolean>')
+    out += [f"{node} <{LDES}retentionPolicy> _:kept", f"_:kept {TYPE} <{LDES}LatestVersionSubset>",
+            f"_:kept <{LDES}amount> {integer(retain)}"]
     graphs: list[tuple[str, str, Sequence[str]]] = []
     for element in elements:
         member = urls.igraph(element.sequence)

@@ -156,15 +156,15 @@ def results_stream(name: str) -> Response:
     urls = linked.ResultUrls(runtime().settings.public_url, row.name)
     first = max(0, row.sequence - runtime().settings.query_retain + 1)
     raw = request.args.get("page")
-    media_type = negotiate(ldes.MEDIA_TYPES, "application/trig")
+    media_type = negotiate(ldes.MEDIA_TYPES, "application/trig")  # (pages change as old elements go)
     if raw is None:
         return _rdf(linked.event_stream(urls, first), media_type)
     if not raw.isdigit() or len(raw) > 9:
         raise InputError("page must be a page number: 0 or more")
     number = int(raw)
     elements = service.records.elements(row.id, max(first, number * linked.PAGE), (number + 1) * linked.PAGE - 1)
-    full = (number + 1) * linked.PAGE - 1 <= row.sequence
-    return _rdf(linked.page(urls, number, elements, row.sequence), media_type, immutable=full)
+    retain = runtime().settings.query_retain
+    return _rdf(linked.page(urls, number, elements, row.sequence, retain), media_type)
 
 
 def _rdf(document: ldes.Document, media_type: str, *, immutable: bool = False) -> Response:
