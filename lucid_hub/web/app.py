@@ -36,7 +36,8 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
     app.request_class = BoundedRequest
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     # SE protocol messages on /subscribe: a query and its envelope; pings keep proxies from closing it.
-    app.config["SOCK_SERVER_OPTIONS"] = {"max_message_size": settings.max_query_bytes + 16_384, "ping_interval": 25}
+    app.config["SOCK_SERVER_OPTIONS"] = {"max_message_size": settings.max_query_bytes + 16_384,
+                                        "ping_interval": settings.ws_ping_seconds}
     app.extensions["lucid"] = runtime
     errors.register(app)
     headers.register(app)

@@ -385,4 +385,5 @@ def subscribe_socket(ws: Any) -> None:
             connection.handle(raw)
     finally:
         connection.close()
+        connection.detach()  # gone without unsubscribing: as the front does (queries/orphans.py)
         sender.join(timeout=5)

@@ -77,7 +77,7 @@ def test_a_client_that_comes_back_and_resumes_keeps_its_subscription(pinging_hub
         back.close()
 
 
-def test_unsubscribed_and_webhook_subscriptions_are_never_detached(pinging_hub: RunningHub) -> None:
+def test_an_unsubscribed_subscription_is_never_detached(pinging_hub: RunningHub) -> None:
     hub = pinging_hub
     token = hub.http.headers["Authorization"].split()[1]
     ws, spuid = subscribe(hub, token)
@@ -87,3 +87,28 @@ def test_unsubscribed_and_webhook_subscriptions_are_never_detached(pinging_hub: 
     assert hub.runtime.queries.state(spuid)[:2] == ("ended", "unsubscribed")
     hub.runtime.queries.orphans.detach([spuid])
     assert not detached(hub, spuid)  # an ended subscription is not detached again
+
+
+def test_a_socket_served_by_a_thread_detaches_its_subscriptions_too(pinging_hub: RunningHub) -> None:
+    """`serve --server werkzeug` serves /subscribe with a thread a socket (flask-sock): a client
+    that leaves there without unsubscribing leaves its subscriptions detached, as on the front."""
+    from werkzeug.serving import make_server
+
+    from lucid_hub.demo.ports import free_port
+    from lucid_hub.web.app import create_app
+
+    hub = pinging_hub
+    port = free_port()
+    server = make_server("127.0.0.1", port, create_app(hub.runtime.settings, hub.runtime), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        token = hub.http.headers["Authorization"].split()[1]
+        ws = websocket.create_connection(f"ws://127.0.0.1:{port}/subscribe", timeout=30)
+        ws.send(json.dumps({"subscribe": {"sparql": MINE, "alias": "mine", "authorization": f"Bearer {token}"}}))
+        spuid = json.loads(ws.recv())["notification"]["spuid"]
+        ws.close()
+        until(lambda: detached(hub, spuid))
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
