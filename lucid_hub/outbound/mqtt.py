@@ -90,10 +90,10 @@ class MqttPublisher:
         if not self._connected.wait(timeout):
             return 0, f"the MQTT broker {self.host}:{self.port} took no connection within {timeout:g} s"
         properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        properties.UserProperty = [("X-Lucid-Sequence", str(sequence))]
+        user = [("X-Lucid-Sequence", str(sequence))]
         if secret:
-            signature = hmac.new(secret.encode(), payload, hashlib.sha256).hexdigest()
-            properties.UserProperty = [("X-Lucid-Sequence", str(sequence)), ("X-Hub-Signature", f"sha256={signature}")]
+            user.append(("X-Hub-Signature", "sha256=" + hmac.new(secret.encode(), payload, hashlib.sha256).hexdigest()))
+        properties.UserProperty = user
         properties.ContentType = "application/json"
         info = client.publish(topic, payload, qos=1, properties=properties)
         try:

@@ -100,7 +100,6 @@ class Reader:
         self.granted: queue.Queue[Any] = queue.Queue()
         self.client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id=f"reader-{user}",
                                   protocol=mqtt.MQTTv5)
-        self.session = session
         self.client.username_pw_set(user, password)
         self.client.on_connect = lambda c, u, f, reason, p: c.subscribe(topic, qos=1)
         self.client.on_subscribe = lambda c, u, mid, codes, p: self.granted.put(codes)
@@ -139,6 +138,11 @@ def test_a_partner_reads_its_notifications_with_paho_from_mosquitto(mqtt_hub: Ru
         made = http.post(f"{hub.url}/subscriptions", json={"sparql": MINE, "mqtt": True, "secret": "k" * 24})
         assert made.status_code == 201, made.text
         spuid = made.json()["notification"]["spuid"]
+        hub.runtime.queries.orphans.detach([spuid])  # it has no socket to lose: never detached
+        with hub.runtime.db.session() as session:
+            from lucid_hub.db.models import QuerySubscription
+
+            assert session.get(QuerySubscription, spuid).detached_at is None
         assert http.get(made.json()["subscription"]).json()["webhook"]["mqtt"]["topic"] == (
             f"lucid-hub/{account}/subscriptions/{spuid}")
         first = reader.next()

@@ -164,6 +164,9 @@ def test_replays_strangers_readers_and_bad_elements_leave_nothing(sensors_hub: R
     statuses = [http.post(input_url(hub), data=json.dumps(element(4 + n % 5, float(n))), headers=ld,
                           timeout=30).status_code for n in range(16)]
     assert 429 in statuses and statuses[0] == 201
+    # another sensor is not held up by the flooder's limit
+    other = hub.session(sensor(hub, "sensor-8"))
+    assert other.post(input_url(hub), data=json.dumps(element(9, 99.0)), headers=ld, timeout=30).status_code == 201
 
 
 def test_every_cut_of_an_element_is_read_or_refused_with_a_reason() -> None:
