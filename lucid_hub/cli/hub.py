@@ -76,18 +76,24 @@ def serve(state: Context, host: str | None, port: int | None, server_kind: str, 
 @click.option("--input-format", help="RDF syntax of FILE (default: from its extension).")
 @click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default="auto", show_default=True,
               help="Diff engine; auto uses Spark from LUCID_SPARK_THRESHOLD_BYTES on.")
+@click.option("--meta", "meta_pairs", nargs=2, multiple=True, metavar="PREDICATE VALUE",
+              help="Metadata signed with the patch (repeatable): a predicate IRI and a value, "
+              "<IRI>, an N-Triples literal, or plain text.")
 @pass_ctx
 def publish(state: Context, file: Path, graph: str, message: str, author: str, hub_url: str | None,
-            input_format: str | None, engine: str) -> None:
+            input_format: str | None, engine: str, meta_pairs: tuple[tuple[str, str], ...]) -> None:
     """Publish FILE as the new version of a graph (replace semantics)."""
     from lucid_hub.commands.publish_file import publish_file
+    from lucid_hub.rdf.metadata import from_pair, normalise
+
+    metadata = normalise(from_pair(predicate, value) for predicate, value in meta_pairs)
 
     who = author or os.environ.get("USER", "") or "cli"
     remote = hub_for(state, hub_url, None)  # (beside a hub serving the data directory: through it)
     with saying_if_new(state):
         publish_file(state.settings, file, graph, author=who, message=message, hub_url=remote and remote[0],
                      fmt=input_format, canonicalizer=state.canonicalizer, echo=click.echo, engine=engine,
-                     token=remote and remote[1])
+                     token=remote and remote[1], metadata=metadata)
 
 
 @cli.command()
@@ -165,9 +171,11 @@ def capture(state: Context, graphs: tuple[str, ...], hub_url: str | None, token:
 @click.option("--graph", type=IRI, required=True, help="IRI of an owned graph.")
 @pass_ctx
 def log_command(state: Context, graph: str) -> None:
-    """Print a graph's history: id, prev, author, time and counts, oldest first."""
+    """Print a graph's history: id, prev, author, time and counts, oldest first; below a
+    patch, the metadata its publisher signed with it."""
     from lucid_hub.archive import Archive
     from lucid_hub.errors import NotFoundError
+    from lucid_hub.rdf.rdfpatch import header_lines
 
     with open_database(state, writes=False) as db:  # the archive alone (no store): works beside a running hub
         archive = Archive(db)
@@ -176,6 +184,8 @@ def log_command(state: Context, graph: str) -> None:
         for record in archive.history(graph):
             click.echo(f"{record.id}  prev={record.prev or '-'}  {record.created:%Y-%m-%dT%H:%M:%SZ}  "
                        f"-{record.removed} +{record.added}  {record.author}  {record.message}")
+            for line in header_lines(record.body, "meta"):  # (format 3: what the publisher attached)
+                click.echo(f"    meta {line}")
 
 
 @cli.group()

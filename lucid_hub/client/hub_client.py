@@ -32,6 +32,8 @@ from lucid_hub.errors import (
     RemoteUnreachableError,
 )
 from lucid_hub.outbound import explain
+from lucid_hub.rdf.metadata import HEADER as METADATA_HEADER
+from lucid_hub.rdf.metadata import Metadata, to_json
 
 TIMEOUT = 30.0
 LDP_INBOX = "http://www.w3.org/ns/ldp#inbox"
@@ -355,12 +357,13 @@ class HubClient:
 
     def put_graph(self, graph: str, raw: IO[bytes], size: int, media_type: str, message: str,
                   progress: Callable[[int], None] = lambda _n: None,
-                  sent: Callable[[], None] = lambda: None, author: str = "") -> dict[str, Any]:
+                  sent: Callable[[], None] = lambda: None, author: str = "",
+                  metadata: Metadata = ()) -> dict[str, Any]:
         """PUT a file as the graph's new content, streamed; the hub's JSON answer. `sent` is
         called when the body is out (the hub then diffs and publishes). `author` names the
         person the client publishes for (the hub records it as the client stated it)."""
         headers = {"Content-Type": media_type, "X-Lucid-Message": message, **({"X-Lucid-Author": author} if author
-                                                                              else {})}
+                                                                              else {}), **_metadata_header(metadata)}
         response = self._call("put", f"{self.base}/graphs", f"the hub at {self.base}", params={"graph": graph},
                               data=_UploadBody(raw, size, progress), timeout=BULK_TIMEOUT,
                               headers=self._headers(**headers))
@@ -371,11 +374,13 @@ class HubClient:
         answer: dict[str, Any] = response.json()
         return answer
 
-    def post_patch(self, graph: str, body: bytes, media_type: str, message: str) -> dict[str, Any]:
+    def post_patch(self, graph: str, body: bytes, media_type: str, message: str,
+                   metadata: Metadata = ()) -> dict[str, Any]:
         """POST an RDF Patch to the graph's archive; the hub's JSON answer (201)."""
         answer = self._call("post", f"{self.base}/patches", f"the hub at {self.base}", params={"graph": graph},
                             timeout=BULK_TIMEOUT, data=body,
-                            headers=self._headers(**{"Content-Type": media_type, "X-Lucid-Message": message}))
+                            headers=self._headers(**{"Content-Type": media_type, "X-Lucid-Message": message,
+                                                     **_metadata_header(metadata)}))
         if answer.status_code != 201:
             raise RemoteRefusedError(f"the hub refused the patch ({answer.status_code}): {answer.text.strip()[:300]}",
                                      answer.status_code)
@@ -396,3 +401,8 @@ class _UploadBody:
         data = self._raw.read(size)
         self._progress(len(data))
         return data
+
+
+def _metadata_header(metadata: Metadata) -> dict[str, str]:
+    """The `X-Lucid-Metadata` header for a write's patch metadata (none when there is none)."""
+    return {METADATA_HEADER: json.dumps(to_json(metadata))} if metadata else {}

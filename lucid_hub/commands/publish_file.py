@@ -17,6 +17,7 @@ from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import file_graph_msgs
 from lucid_hub.errors import ConflictError, InputError, LucidError, RemoteRefusedError
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.metadata import Metadata
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.syntax import format_of_path
 from lucid_hub.store.layout import check_no_skolem
@@ -27,28 +28,30 @@ MEDIA_TYPES = {"nt": "application/n-triples", "nq": "application/n-quads", "ttl"
 
 def publish_file(settings: Settings, path: Path, graph: str, *, author: str, message: str, hub_url: str | None,
                  fmt: str | None, canonicalizer: Canonicalizer, echo: Callable[[str], None],
-                 engine: str = "auto", spark: Any = None, token: str | None = None) -> None:
+                 engine: str = "auto", spark: Any = None, token: str | None = None, metadata: Metadata = ()) -> None:
     """Publish `path` as the new content of `graph`, saying what happens as it goes.
 
     engine: `local`, `spark` (a Spark job diffs the store's current version against the
     file), or `auto` (Spark from LUCID_SPARK_THRESHOLD_BYTES on, when pyspark is installed).
     With `hub_url`, the hub publishes it, called with `token` (default: from LUCID_ACCESS_TOKEN
-    or LUCID_CLIENT_ID and LUCID_CLIENT_SECRET).
+    or LUCID_CLIENT_ID and LUCID_CLIENT_SECRET). `metadata` goes with the patch (format 3).
     """
     if engine == "auto":
         engine = "spark" if path.stat().st_size >= settings.spark_threshold_bytes and _has_spark() else "local"
     if hub_url and engine == "spark":
         client = HubClient(hub_url, token=token or hub_token(hub_url, "graphs:read graphs:write"))
-        _publish_spark_http(settings, client, path, graph, message=message, echo=echo, spark=spark)
+        _publish_spark_http(settings, client, path, graph, message=message, echo=echo, spark=spark,
+                            metadata=metadata)
         return
     if hub_url:  # the hub records the token's party as the author
         client = HubClient(hub_url, token=token or hub_token(hub_url, "graphs:write"))
-        _publish_http(client, path, graph, author=author, message=message, fmt=fmt, echo=echo)
+        _publish_http(client, path, graph, author=author, message=message, fmt=fmt, echo=echo, metadata=metadata)
         return
     from lucid_hub.runtime import Runtime
 
     if engine == "spark":
-        _publish_spark(settings, path, graph, author=author, message=message, echo=echo, spark=spark)
+        _publish_spark(settings, path, graph, author=author, message=message, echo=echo, spark=spark,
+                       metadata=metadata)
         return
 
     started = time.monotonic()
@@ -63,20 +66,21 @@ def publish_file(settings: Settings, path: Path, graph: str, *, author: str, mes
     echo(f"read {len(new):,} MSGs in {time.monotonic() - started:.1f} s; diffing and publishing ...")
     runtime = Runtime.open(settings)
     try:
-        patch = runtime.publisher.replace(graph, new, author=author, message=message)
+        patch = runtime.publisher.replace(graph, new, author=author, message=message, metadata=metadata)
     finally:
         runtime.close()
     _report(echo, graph, patch, started)
 
 
 def _publish_http(client: HubClient, path: Path, graph: str, *, author: str, message: str, fmt: str | None,
-                  echo: Callable[[str], None]) -> None:
+                  echo: Callable[[str], None], metadata: Metadata = ()) -> None:
     rdf_fmt = format_of_path(path, fmt)
     size = path.stat().st_size
     with path.open("rb") as raw, click.progressbar(length=size, label=f"uploading {path.name}",
                                                    file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
         result = client.put_graph(graph, raw, size, rdf_fmt.media_type, message, progress=bar.update,
-                                  sent=lambda: echo("waiting for the hub to diff and publish ..."), author=author)
+                                  sent=lambda: echo("waiting for the hub to diff and publish ..."), author=author,
+                                  metadata=metadata)
     if result.get("patch"):
         echo(f"published {result['patch']} (-{result['removed']} +{result['added']} MSGs)")
     else:
@@ -90,7 +94,7 @@ def _has_spark() -> bool:
 
 
 def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, message: str,
-                   echo: Callable[[str], None], spark: Any) -> None:
+                   echo: Callable[[str], None], spark: Any, metadata: Metadata = ()) -> None:
     """The Spark job diffs the store's current version (exported) against the file; the change
     then goes through the same archive, chain, signature and log path as any other."""
     import tempfile
@@ -110,14 +114,14 @@ def _publish_spark(settings: Settings, path: Path, graph: str, *, author: str, m
             return
         # The job diffed against `version`: publish only if the graph is still there (409 otherwise).
         patch = runtime.publisher.publish(graph, lambda _view: change, author=author, message=message,
-                                          expect_prev=True, prev=version)
+                                          expect_prev=True, prev=version, metadata=metadata)
     finally:
         runtime.close()
     _report(echo, graph, patch, started)
 
 
 def _publish_spark_http(settings: Settings, client: HubClient, path: Path, graph: str, *, message: str,
-                        echo: Callable[[str], None], spark: Any) -> None:
+                        echo: Callable[[str], None], spark: Any, metadata: Metadata = ()) -> None:
     """A Spark job beside a running hub (a Kubernetes Job, a SparkApplication): it exports the
     graph's current version over HTTP, diffs it against the file on Spark, and uploads the
     change as a bare RDF Patch naming that version as `prev`. The hub builds, signs and chains
@@ -137,7 +141,8 @@ def _publish_spark_http(settings: Settings, client: HubClient, path: Path, graph
         _report(echo, graph, None, started)
         return
     try:  # no `H id`: the hub builds it
-        result = client.post_patch(graph, change.to_patch(version).canonical_bytes, MEDIA_TYPE, message)
+        result = client.post_patch(graph, change.to_patch(version).canonical_bytes, MEDIA_TYPE, message,
+                                  metadata)
     except RemoteRefusedError as exc:
         if exc.status == 409:
             raise ConflictError(f"<{graph}> changed at the hub while the Spark job ran ({exc}); "

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from lucid_hub.rdf.metadata import Metadata
 from lucid_hub.rdf.msg import Msg
 from lucid_hub.rdf.patch import Patch
 
@@ -29,11 +30,13 @@ class GraphChange:
         return not self.removed and not self.added
 
     def to_patch(self, prev: str | None, *, author: str = "", message: str = "",
-                 created: datetime | None = None, held: Callable[[str], Iterable[int]] | None = None) -> Patch:
+                 created: datetime | None = None, held: Callable[[str], Iterable[int]] | None = None,
+                 metadata: Metadata = ()) -> Patch:
         """The unsigned patch that makes this change on top of version `prev`: format 2 with
-        `held` (the occurrences of an MSG the graph holds, rdf.patch), else format 1."""
+        `held` (the occurrences of an MSG the graph holds, rdf.patch; format 3 with
+        `metadata`), else format 1."""
         return Patch.build(self.graph, prev, list(self.removed), list(self.added),
-                           author=author, message=message, created=created, held=held)
+                           author=author, message=message, created=created, held=held, metadata=metadata)
 
 
 class DiffEngine(Protocol):

@@ -33,6 +33,7 @@ from lucid_hub.publish.locks import GraphLocks
 from lucid_hub.publish.relay import Relay
 from lucid_hub.publish.sync import StoreSync
 from lucid_hub.publish.view import GraphView, NeedsFlush
+from lucid_hub.rdf.metadata import Metadata
 from lucid_hub.rdf.patch import Patch
 from lucid_hub.rdf.rdfpatch import write_rdf_patch
 from lucid_hub.signing import SigningKey, sign_patch
@@ -62,10 +63,12 @@ class Job:
     """One publish waiting for a group commit: the change to compute, and its outcome."""
 
     def __init__(self, compute: Callable[[GraphView], GraphChange | None], author: str, message: str,
-                 if_match: Precondition | None, expect_prev: bool, prev: str | None) -> None:
+                 if_match: Precondition | None, expect_prev: bool, prev: str | None,
+                 metadata: Metadata = ()) -> None:
         self.compute = compute
         self.author = author
         self.message = message
+        self.metadata = metadata
         self.if_match = if_match
         self.expect_prev = expect_prev
         self.prev = prev
@@ -159,7 +162,8 @@ class Committer:
                 job.finish(None)
                 return
             with gcpause.paused_for(len(change.removed) + len(change.added)):
-                unsigned = change.to_patch(head, author=job.author, message=job.message, held=self.held(graph))
+                unsigned = change.to_patch(head, author=job.author, message=job.message, held=self.held(graph),
+                                           metadata=job.metadata)
                 patch = sign_patch(unsigned, self.key)
                 plan = self.store.check(patch, head)  # a patch the store cannot apply is never archived
                 try:
@@ -309,7 +313,8 @@ class Committer:
             raise NeedsFlush  # a large change goes by itself (the store bulk-loads it)
         held = None if self.patch_format == 1 else (lambda digest: chain.held(digest).keys())
         with gcpause.paused_for(len(change.removed) + len(change.added)):
-            patch = sign_patch(change.to_patch(head, author=job.author, message=job.message, held=held), self.key)
+            patch = sign_patch(change.to_patch(head, author=job.author, message=job.message, held=held,
+                                               metadata=job.metadata), self.key)
             chain.plan(patch)  # a patch the store cannot apply is never archived
             return patch
 

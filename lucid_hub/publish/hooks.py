@@ -11,6 +11,7 @@ from typing import Protocol
 from lucid_hub.archive import Precondition
 from lucid_hub.diff import GraphChange
 from lucid_hub.publish.view import GraphView
+from lucid_hub.rdf.metadata import Metadata
 from lucid_hub.rdf.patch import Patch
 
 
@@ -19,7 +20,8 @@ class Writer(Protocol):
 
     def publish(self, graph: str, compute: Callable[[GraphView], GraphChange | None], *, author: str,
                 message: str, if_match: Precondition | None = None, expect_prev: bool = False,
-                prev: str | None = None, unchanged: Callable[[str | None], None] | None = None) -> Patch | None: ...
+                prev: str | None = None, unchanged: Callable[[str | None], None] | None = None,
+                metadata: Metadata = ()) -> Patch | None: ...
 
     def publish_all(self, changes: Mapping[str, Callable[[GraphView], GraphChange | None]],
                     versions: dict[str, str | None], *, author: str, message: str) -> list[Patch]: ...

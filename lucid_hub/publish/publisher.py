@@ -20,7 +20,7 @@ from lucid_hub import gcpause
 from lucid_hub.archive import Archive, Precondition, read_only
 from lucid_hub.diff import GraphChange
 from lucid_hub.diff.local import diff_msgs
-from lucid_hub.errors import ConflictError, LogUnavailableError, NotFoundError, PatchSignatureError
+from lucid_hub.errors import ConflictError, LogUnavailableError, NotFoundError, PatchFormatError, PatchSignatureError
 from lucid_hub.locks import DatabaseLocks
 from lucid_hub.log import PatchLog
 from lucid_hub.memory import DEFAULT_CACHE_BYTES
@@ -34,6 +34,7 @@ from lucid_hub.publish.sync import StoreSync
 from lucid_hub.publish.view import GraphView
 from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.metadata import Metadata
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rdf.patch import CURRENT_FORMAT, Patch
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
@@ -132,7 +133,8 @@ class Publisher:
 
     def publish(self, graph: str, compute: Callable[[GraphView], GraphChange | None], *, author: str,
                 message: str, if_match: Precondition | None = None, expect_prev: bool = False,
-                prev: str | None = None, unchanged: Callable[[str | None], None] | None = None) -> Patch | None:
+                prev: str | None = None, unchanged: Callable[[str | None], None] | None = None,
+                metadata: Metadata = ()) -> Patch | None:
         """Make the change `compute` derives from the graph's current MSGs; None if nothing changed.
 
         `unchanged` is told, when nothing changed, the version the graph was found at: the
@@ -149,7 +151,10 @@ class Publisher:
         change is computed again (up to CAS_ATTEMPTS times, then 409).
         """
         self._check_writable(graph)
-        job = Job(compute, author, message, if_match, expect_prev, prev)
+        if metadata and self.commits.patch_format == 1:
+            raise PatchFormatError("metadata needs patch format 3; this hub makes format 1 patches "
+                                   "(LUCID_PATCH_FORMAT=1)")
+        job = Job(compute, author, message, if_match, expect_prev, prev, metadata)
         self.commits.publish(graph, job)
         patch = job.result()
         if patch is None and unchanged is not None:
@@ -202,7 +207,7 @@ class Publisher:
         return self.publish(graph, lambda view: GraphChange(graph, tuple(view.msgs().msgs()), ()), **kwargs)
 
     def upload(self, graph: str, raw: bytes, *, author: str, message: str,
-               unchanged: Callable[[str | None], None] | None = None) -> Patch | None:
+               unchanged: Callable[[str | None], None] | None = None, metadata: Metadata = ()) -> Patch | None:
         """An RDF Patch sent by a client: its `prev` must be the head (409 otherwise).
 
         A complete lucid-hub patch (with `H id`) is archived as it is, if its id matches
@@ -214,6 +219,9 @@ class Publisher:
         self._check_writable(graph)
         doc = parse_rdf_patch(raw, self.canonicalizer, graph=graph)
         if doc.iri("id") is not None:
+            if metadata:
+                raise PatchFormatError("a complete patch carries its own metadata (H meta lines): "
+                                       "none can be added to it")
             patch = read_rdf_patch(raw, self.canonicalizer)
             if patch.signature is not None:
                 self.trusted.verify(patch.id, patch.signature)
@@ -221,7 +229,7 @@ class Publisher:
         prev = doc.iri("prev")
         change = GraphChange(graph, tuple(doc.removed), tuple(doc.added))
         return self.publish(graph, lambda _view: change, author=author, message=message,
-                            expect_prev=True, prev=prev, unchanged=unchanged)
+                            expect_prev=True, prev=prev, unchanged=unchanged, metadata=metadata)
 
     def archive_verified(self, patch: Patch, sync: bool = True) -> Patch:
         """Archive and apply a patch of another hub that the caller has verified (a mirror's):

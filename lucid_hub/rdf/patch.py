@@ -11,7 +11,9 @@ instance is its MSG hash and its *occurrence* (which of the graph's copies of th
 is), `_:hHASHoOCCbN`, the same label in the patch that adds it and in the one that removes
 it, so a generic RDF Patch applier that adds and deletes by label keeps the graph exactly.
 Occurrences follow one rule (`occurrences`): a removal takes the highest occurrences held,
-an addition the lowest free ones. Old patches keep their format, bytes and ids.
+an addition the lowest free ones. Format 3 is format 2 with the publisher's metadata
+(`H meta` lines, rdf.metadata), made only for a patch that carries some. Old patches keep
+their format, bytes and ids.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from functools import cached_property
 import pyoxigraph as ox
 
 from lucid_hub.errors import PatchApplyError, PatchFormatError
+from lucid_hub.rdf import metadata as meta
 from lucid_hub.rdf.msg import Msg, by_hash, chain_label
 from lucid_hub.rdf.statements import relabel
 
 ID_PREFIX = "urn:sha256:"
-FORMATS = (1, 2)
+FORMATS = (1, 2, 3)
 CURRENT_FORMAT = 2
 
 PATCH_ID = re.compile(r"urn:sha256:[0-9a-f]{64}")
@@ -140,6 +143,8 @@ class Patch:
     # with `removed` and `added`; rows of one MSG hash in ascending occurrence.
     removed_occurrences: tuple[int, ...] = ()
     added_occurrences: tuple[int, ...] = ()
+    # Format 3: the publisher's metadata, (predicate IRI, N-Triples object), sorted and distinct.
+    metadata: meta.Metadata = ()
 
     def __post_init__(self) -> None:
         try:
@@ -158,7 +163,10 @@ class Patch:
             raise PatchFormatError(f"patch format {self.format} is not one of {FORMATS}")
         if self.format == 1 and (self.removed_occurrences or self.added_occurrences):
             raise PatchFormatError("a format 1 patch has no occurrences")
-        if self.format == 2:
+        if self.metadata and self.format != 3:
+            raise PatchFormatError(f"metadata needs patch format 3, not {self.format}")
+        meta.check(self.metadata)
+        if self.format >= 2:
             for msgs, occs in ((self.removed, self.removed_occurrences), (self.added, self.added_occurrences)):
                 if len(occs) != len(msgs):
                     raise PatchFormatError("a format 2 patch names an occurrence for every MSG")
@@ -178,19 +186,24 @@ class Patch:
         message: str = "",
         created: datetime | None = None,
         held: Callable[[str], Iterable[int]] | None = None,
+        metadata: meta.Metadata = (),
     ) -> Patch:
         """A patch with MSGs sorted and `created` at patch precision (now by default).
 
         With `held` (the occurrences of an MSG hash the graph holds now: a store's or a
-        replica's), a format 2 patch, its occurrences by the one rule; without, format 1."""
+        replica's), a format 2 patch, its occurrences by the one rule (format 3 when it
+        carries `metadata`); without, format 1, which carries no metadata."""
         when = utc_now() if created is None else created
         when = when.replace(microsecond=when.microsecond // 1000 * 1000)
         gone, came = by_hash(removed), by_hash(added)
         if held is None:
+            if metadata:
+                raise PatchFormatError("metadata needs patch format 3; this hub makes format 1 "
+                                       "patches (LUCID_PATCH_FORMAT=1)")
             return cls(graph, prev, author, message, when, tuple(gone), tuple(came))
         removed_occ, added_occ = _assign(gone, came, held)
-        return cls(graph, prev, author, message, when, tuple(gone), tuple(came), format=2,
-                   removed_occurrences=removed_occ, added_occurrences=added_occ)
+        return cls(graph, prev, author, message, when, tuple(gone), tuple(came), format=3 if metadata else 2,
+                   removed_occurrences=removed_occ, added_occurrences=added_occ, metadata=meta.normalise(metadata))
 
     @property
     def is_empty(self) -> bool:
@@ -214,6 +227,7 @@ class Patch:
         lines.append(f"H message {ox.Literal(self.message)} .\n")
         created = ox.Literal(format_created(self.created), datatype=ox.NamedNode(XSD_DATETIME))
         lines.append(f"H created {created} .\n")
+        lines.extend(f"H meta {ox.Literal(meta.header_text(item))} .\n" for item in self.metadata)
         lines.append("TX .\n")
         lines.extend(f"{op} {statement} {graph} .\n" for op, statement in self.labelled_rows())
         lines.append("TC .\n")

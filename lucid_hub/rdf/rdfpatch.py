@@ -11,12 +11,13 @@ import functools
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyoxigraph as ox
 
 from lucid_hub import gcpause
 from lucid_hub.errors import PatchFormatError, PatchIntegrityError
+from lucid_hub.rdf import metadata as meta
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import (
     LABEL_HASH_DIGITS,
@@ -36,7 +37,8 @@ _ID_LINE = re.compile(rb"H id <(urn:sha256:[0-9a-f]{64})> \.\n")
 _SIGNATURE_LINE = re.compile(rb'H signature "([A-Za-z0-9_\-]+\.\.[A-Za-z0-9_\-]+)" \.\n')
 _HEADER = re.compile(r"H ([A-Za-z][A-Za-z0-9_-]*) (.+) \.")
 _LINE_NO = re.compile(r"line (\d+)")
-KNOWN_HEADERS = ("id", "signature", "graph", "format", "prev", "author", "message", "created")
+KNOWN_HEADERS = ("id", "signature", "graph", "format", "prev", "author", "message", "created", "meta")
+FORMAT_NAMES = {"2": 2, "3": 3}  # the `H format` values this hub reads (none: format 1)
 
 
 def write_rdf_patch(patch: Patch) -> bytes:
@@ -89,6 +91,7 @@ class RdfPatchDocument:
     format: int = 1
     removed_occurrences: tuple[int, ...] = ()
     added_occurrences: tuple[int, ...] = ()
+    metadata: list[str] = field(default_factory=list)  # the `H meta` lines' texts, in order
 
     def iri(self, name: str) -> str | None:
         """The value of header `name`, which must be an IRI; None when absent."""
@@ -118,6 +121,7 @@ def parse_rdf_patch(raw: bytes, canonicalizer: Canonicalizer, graph: str | None 
     except UnicodeDecodeError as exc:
         raise PatchFormatError(f"patch is not UTF-8 (byte {exc.start})") from None
     headers: dict[str, ox.NamedNode | ox.Literal] = {}
+    metadata: list[str] = []
     rows: dict[str, list[str]] = {"D": [], "A": []}
     row_lines: dict[str, list[int]] = {"D": [], "A": []}
     state = "headers"  # -> "rows" after TX -> "done" after TC
@@ -131,6 +135,9 @@ def parse_rdf_patch(raw: bytes, canonicalizer: Canonicalizer, graph: str | None 
             if state != "headers":
                 raise PatchFormatError(f"line {number}: header after the first row")
             name, term = header_line(line, number)
+            if name == "meta" and type(term) is ox.Literal:
+                metadata.append(term.value)  # (the one header a patch repeats)
+                continue
             if name in headers:
                 raise PatchFormatError(f"line {number}: header {name} given twice")
             headers[name] = term
@@ -172,20 +179,20 @@ def parse_rdf_patch(raw: bytes, canonicalizer: Canonicalizer, graph: str | None 
     fmt = patch_format(headers.get("format"))
     if fmt == 1:
         return RdfPatchDocument(headers, graph_msgs(removed_quads, canonicalizer).msgs(),
-                                graph_msgs(added_quads, canonicalizer).msgs())
+                                graph_msgs(added_quads, canonicalizer).msgs(), metadata=metadata)
     removed = msgs_with_occurrences(removed_quads, canonicalizer, "D rows")
     added = msgs_with_occurrences(added_quads, canonicalizer, "A rows")
     return RdfPatchDocument(headers, [m for m, _ in removed], [m for m, _ in added], fmt,
-                            tuple(o for _, o in removed), tuple(o for _, o in added))
+                            tuple(o for _, o in removed), tuple(o for _, o in added), metadata)
 
 
 def patch_format(term: ox.NamedNode | ox.Literal | None) -> int:
     """The patch format a `format` header (or statement) names: 1 when absent."""
     if term is None:
         return 1
-    if type(term) is not ox.Literal or term.value not in ("2",):
-        raise PatchFormatError(f"unsupported patch format {term} (this hub reads formats 1 and 2)")
-    return int(term.value)
+    if type(term) is not ox.Literal or term.value not in FORMAT_NAMES:
+        raise PatchFormatError(f"unsupported patch format {term} (this hub reads formats 1, 2 and 3)")
+    return FORMAT_NAMES[term.value]
 
 
 def read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
@@ -211,6 +218,8 @@ def _read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
     if missing:
         raise PatchFormatError(f"patch lacks the header(s) {', '.join(missing)}")
     unknown = sorted(set(doc.headers) - set(KNOWN_HEADERS))
+    if "meta" in doc.headers:
+        raise PatchFormatError("header meta must be a literal '<PREDICATE> VALUE'")
     if unknown:
         raise PatchFormatError(f"unknown header(s) {', '.join(unknown)}")
     created_term = doc.headers["created"]
@@ -225,17 +234,32 @@ def _read_rdf_patch(raw: bytes, canonicalizer: Canonicalizer) -> Patch:
         author=author,
         message=message,
         created=parse_created(created),
-        removed=tuple(doc.removed) if doc.format == 2 else tuple(by_hash(doc.removed)),
-        added=tuple(doc.added) if doc.format == 2 else tuple(by_hash(doc.added)),
+        removed=tuple(doc.removed) if doc.format >= 2 else tuple(by_hash(doc.removed)),
+        added=tuple(doc.added) if doc.format >= 2 else tuple(by_hash(doc.added)),
         signature=doc.text("signature"),
         format=doc.format,
         removed_occurrences=doc.removed_occurrences,
         added_occurrences=doc.added_occurrences,
+        metadata=meta.normalise(meta.from_header_text(text) for text in doc.metadata),
     )
     claimed = doc.iri("id")
     if claimed is not None and claimed != patch.id:
         raise PatchIntegrityError(f"patch content hashes to {patch.id}, not to the claimed id {claimed}")
     return patch
+
+
+def header_lines(raw: bytes, name: str) -> list[str]:
+    """The values of the header lines `H name ...` of stored patch bytes (the text of a literal,
+    the IRI of an IRI), read from the headers alone: no row is parsed."""
+    head = raw.split(b"\nTX .\n", 1)[0].decode("utf-8")
+    prefix = f"H {name} "
+    return [header_line(line, number)[1].value
+            for number, line in enumerate(head.split("\n"), start=1) if line.startswith(prefix)]
+
+
+def metadata_of(raw: bytes) -> meta.Metadata:
+    """The metadata a stored patch carries (format 3), from its headers alone."""
+    return tuple(meta.from_header_text(text) for text in header_lines(raw, "meta"))
 
 
 def header_line(line: str, number: int) -> tuple[str, ox.NamedNode | ox.Literal]:
@@ -281,7 +305,7 @@ def _blank_labels(quads: list[ox.Quad]) -> set[str]:
 
 
 def read_canonical(parts: WireParts, canonicalizer: Canonicalizer) -> Patch | None:
-    """A format 2 patch whose preimage (`parts`, its integrity checked by the caller) is in
+    """A format 2 or 3 patch whose preimage (`parts`, its integrity checked by the caller) is in
     canonical form, read in one pass; None for anything else (another format, or bytes not in
     canonical form), which the general reader then reads and judges with its own reasons.
 
@@ -305,22 +329,29 @@ def _read_canonical(parts: WireParts, canonicalizer: Canonicalizer) -> Patch | N
         return None
     tx = lines.index("TX .")
     headers: dict[str, ox.NamedNode | ox.Literal] = {}
+    texts: list[str] = []
     for number, line in enumerate(lines[:tx], start=1):
         name, term = header_line(line, number)
+        if name == "meta" and type(term) is ox.Literal:
+            texts.append(term.value)
+            continue
         if name in headers or name not in KNOWN_HEADERS[2:]:
             return None
         headers[name] = term
     doc = RdfPatchDocument(headers, [], [])
     graph, prev, author, message, created = (doc.iri("graph"), doc.iri("prev"), doc.text("author"),
                                              doc.text("message"), doc.text("created"))
+    fmt = headers.get("format")
     if (graph is None or author is None or message is None or created is None
-            or headers.get("format") != ox.Literal("2")):
+            or type(fmt) is not ox.Literal or fmt.value not in ("2", "3")):
         return None
     when = parse_created(created)
+    metadata = tuple(meta.from_header_text(text) for text in texts)
     # The headers as the canonical form writes them (Patch.canonical_lines), and nothing else.
-    expected = [f"H graph <{graph}> .", 'H format "2" .', *([f"H prev <{prev}> ."] if prev else []),
+    expected = [f"H graph <{graph}> .", f'H format "{fmt.value}" .', *([f"H prev <{prev}> ."] if prev else []),
                 f"H author {ox.Literal(author)} .", f"H message {ox.Literal(message)} .",
-                f"H created {ox.Literal(format_created(when), datatype=ox.NamedNode(XSD_DATETIME))} ."]
+                f"H created {ox.Literal(format_created(when), datatype=ox.NamedNode(XSD_DATETIME))} .",
+                *(f"H meta {ox.Literal(meta.header_text(item))} ." for item in meta.normalise(metadata))]
     if lines[:tx] != expected:
         return None
     suffix = f" <{graph}> ."
@@ -341,8 +372,8 @@ def _read_canonical(parts: WireParts, canonicalizer: Canonicalizer) -> Patch | N
         return None
     patch = Patch(graph=graph, prev=prev, author=author, message=message, created=when,
                   removed=tuple(m for m, _ in removed), added=tuple(m for m, _ in added),
-                  signature=parts.signature, format=2, removed_occurrences=tuple(o for _, o in removed),
-                  added_occurrences=tuple(o for _, o in added))
+                  signature=parts.signature, format=int(fmt.value), removed_occurrences=tuple(o for _, o in removed),
+                  added_occurrences=tuple(o for _, o in added), metadata=metadata)
     # The preimage is the canonical bytes (every line checked above), so its checked hash is the id.
     patch.__dict__["canonical_bytes"] = parts.preimage
     patch.__dict__["id"] = parts.claimed_id

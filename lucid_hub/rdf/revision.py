@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pyoxigraph as ox
 
 from lucid_hub.errors import PatchFormatError, PatchIntegrityError
+from lucid_hub.rdf import metadata as meta
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import graph_msgs, msgs_with_occurrences
 from lucid_hub.rdf.patch import (
@@ -66,6 +67,8 @@ def patch_quads(patch: Patch) -> Iterator[ox.Quad]:
     yield ox.Quad(revision, _n("deltaInsert"), insert)
     if patch.format != 1:
         yield ox.Quad(commit, _n("format", LUCID), ox.Literal(str(patch.format)))
+    for item in patch.metadata:  # (format 3: the publisher's own statements about the commit)
+        yield ox.Quad(commit, *meta.terms(item))
     for op, statement in patch.labelled_rows():
         (triple,) = ox.parse(statement + " .", format=ox.RdfFormat.N_TRIPLES)
         yield ox.Quad(triple.subject, triple.predicate, triple.object, delete if op == "D" else insert)
@@ -74,6 +77,15 @@ def patch_quads(patch: Patch) -> Iterator[ox.Quad]:
 def write_revision(patch: Patch, fmt: str) -> bytes:
     """The patch as TriG (`trig`) or JSON-LD (`jsonld`)."""
     return serialize(patch_quads(patch), _FORMATS[fmt], PREFIXES)
+
+
+_FIXED = frozenset({*meta.RESERVED, LUCID + "signature", LUCID + "format"})
+
+
+def _metadata(quads: list[ox.Quad], commit: ox.NamedNode) -> list[meta.Entry]:
+    """The commit's statements beyond the fixed ones: its metadata (format 3)."""
+    return [meta.entry(q.predicate.value, q.object) for q in quads
+            if q.subject == commit and type(q.graph_name) is ox.DefaultGraph and q.predicate.value not in _FIXED]
 
 
 def read_revision(raw: bytes, fmt: str, canonicalizer: Canonicalizer) -> Patch:
@@ -142,6 +154,7 @@ def read_revision(raw: bytes, fmt: str, canonicalizer: Canonicalizer) -> Patch:
         format=version,
         removed_occurrences=tuple(o for _, o in removed) if version != 1 else (),
         added_occurrences=tuple(o for _, o in added) if version != 1 else (),
+        metadata=meta.normalise(_metadata(quads, commit)),
     )
     if patch.id != claimed:
         raise PatchIntegrityError(f"patch content hashes to {patch.id}, not to the claimed id {claimed}")

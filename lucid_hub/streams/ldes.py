@@ -300,6 +300,7 @@ def _with_members(urls: Urls, out: list[str], members: Sequence[Member]) -> Docu
                 f"{p} <{PROV}endedAtTime> {when(a.created)}", f"{p} <{LH}chainPosition> {integer(a.seq)}"]
         if a.prev:
             out.append(f"{p} <{PROV}wasInformedBy> {iri(patch_url(urls.base, a.prev))}")
+        out += [f"{p} <{predicate}> {value}" for predicate, value in a.metadata]  # (the publisher's, signed)
     return Document(out, graphs)
 
 

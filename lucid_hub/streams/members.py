@@ -28,8 +28,9 @@ from lucid_hub.archive import Archive
 from lucid_hub.errors import NotFoundError
 from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rdf.metadata import Metadata
 from lucid_hub.rdf.patch import format_created, parse_created
-from lucid_hub.rdf.rdfpatch import header_line, read_rdf_patch
+from lucid_hub.rdf.rdfpatch import header_line, metadata_of, read_rdf_patch
 
 READ_BATCH = 200
 MSG_ENTITY = "urn:lucid-hub:msg:"
@@ -46,6 +47,7 @@ class Activity:
     message: str
     created: str  # xsd:dateTime lexical form, UTC
     timestamp: str  # the members' timestamp: `created`, never before the previous patch's
+    metadata: Metadata = ()  # what the publisher signed with the patch (format 3)
 
 
 @dataclass(frozen=True)
@@ -94,13 +96,15 @@ class GraphStream:
             if ground is not None:
                 prev, author, message, when, removed, added = ground
                 change = self.replica.apply_ground(patch_id, prev, removed, added)
+                metadata = metadata_of(body)
             else:
                 patch = read_rdf_patch(body, self.canonicalizer)
                 change = self.replica.apply(patch)
                 prev, author, message, when = patch.prev, patch.author, patch.message, patch.created
+                metadata = patch.metadata
             created = format_created(when)
             previous = self.activities[-1].timestamp if self.activities else created
-            activity = Activity(patch_id, prev, seq, author, message, created, max(created, previous))
+            activity = Activity(patch_id, prev, seq, author, message, created, max(created, previous), metadata)
             touched: dict[str, bool] = {}  # entity -> it existed before the patch
             for msg_hash, occ, statements in change.gone:
                 entity = entity_of(statements, msg_hash, occ)
@@ -144,7 +148,7 @@ def ground_patch(body: bytes, graph: str) -> tuple[str | None, str, str, datetim
             headers[name] = term.value
         elif line not in ("TX .", "TC .", ""):
             return None
-    if headers.get("format") != "2" or not {"author", "message", "created"} <= headers.keys():
+    if headers.get("format") not in ("2", "3") or not {"author", "message", "created"} <= headers.keys():
         return None
     return (headers.get("prev"), headers["author"], headers["message"], parse_created(headers["created"]),
             rows["D"], rows["A"])

@@ -38,6 +38,7 @@ from lucid_hub.web.http import (
     etag,
     graph_url,
     message,
+    metadata,
     negotiate,
     patch_url,
     request_uri,
@@ -196,7 +197,7 @@ def upload() -> Response:
         raise UnsupportedMediaTypeError(f"upload patches as {RDF_PATCH}, not {request.mimetype or '(none)'}")
     unchanged = Unchanged()
     patch = runtime().publisher.upload(graph, request.get_data(cache=False), author=author(), message=message(),
-                                       unchanged=unchanged)
+                                       unchanged=unchanged, metadata=metadata())
     if patch is None:
         response = jsonify({"graph": graph, "patch": None, "version": unchanged.version})
         return response

@@ -36,6 +36,7 @@ from lucid_hub.web.http import (
     graph_param,
     graph_url,
     message,
+    metadata,
     negotiate,
     patch_url,
     request_uri,
@@ -185,7 +186,8 @@ def _write(graph: str, change: Callable[[GraphMsgs, Unchanged], Patch | None], *
 def _replace(**_direct: str) -> Response:
     graph = _writable(_graph())
     return _write(graph, lambda new, unchanged: runtime().publisher.replace(
-        graph, new, author=author(), message=message(), if_match=_precondition(), unchanged=unchanged))
+        graph, new, author=author(), message=message(), if_match=_precondition(), unchanged=unchanged,
+        metadata=metadata()))
 
 
 def _merge(**_direct: str) -> Response:
@@ -193,8 +195,8 @@ def _merge(**_direct: str) -> Response:
     # GSP §5.5: without a graph, a new one, named by the hub: its IRI is its own URL here
     graph = _writable(f"{runtime().settings.public_url}/graphs/{uuid.uuid4()}" if minted else _graph())
     return _write(graph, lambda new, unchanged: runtime().publisher.merge(
-        graph, new, author=author(), message=message(), if_match=_precondition(), unchanged=unchanged),
-        minted=minted)
+        graph, new, author=author(), message=message(), if_match=_precondition(), unchanged=unchanged,
+        metadata=metadata()), minted=minted)
 
 
 def _delete(**_direct: str) -> Response:
@@ -202,7 +204,7 @@ def _delete(**_direct: str) -> Response:
     _existing(graph)
     unchanged = Unchanged()
     patch = runtime().publisher.drop(graph, author=author(), message=message(), if_match=_precondition(),
-                                     unchanged=unchanged)
+                                     unchanged=unchanged, metadata=metadata())
     runtime().archive.mark_deleted(graph, patch.id if patch else unchanged.version)
     return _result(graph, patch, unchanged)
 

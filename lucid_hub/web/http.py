@@ -11,6 +11,8 @@ from flask import current_app, request
 from lucid_hub import mediatypes, nesting, resources
 from lucid_hub.errors import InputError, UnsupportedMediaTypeError
 from lucid_hub.networks import client_address
+from lucid_hub.rdf.metadata import HEADER as METADATA_HEADER
+from lucid_hub.rdf.metadata import Metadata, from_json
 from lucid_hub.rdf.syntax import read_quads
 from lucid_hub.web.parts import HubParts
 
@@ -79,6 +81,12 @@ def request_uri() -> str:
 
 def message() -> str:
     return request.headers.get(MESSAGE_HEADER, "")[:4096]
+
+
+def metadata() -> Metadata:
+    """The publisher's metadata for the patch a write makes (`X-Lucid-Metadata`, JSON: rdf.metadata)."""
+    value = request.headers.get(METADATA_HEADER)  # (sent twice, the server joins them: not JSON, refused)
+    return from_json(value) if value is not None else ()
 
 
 def negotiate(offers: list[str], default: str) -> str:

@@ -23,8 +23,9 @@ def vectors(canonicalizer: Canonicalizer):  # type: ignore[no-untyped-def]
 
 
 def test_doc_has_vectors_of_both_formats_covering_ground_blank_and_blank_removal(vectors) -> None:  # type: ignore[no-untyped-def]
-    assert sorted(DOC_VECTORS) == [f"vector-{n}" for n in range(1, 8)]
-    assert [p.format for _, _, p in vectors] == [1, 1, 1, 2, 2, 2, 2]
+    assert sorted(DOC_VECTORS) == [f"vector-{n}" for n in range(1, 9)]
+    assert [p.format for _, _, p in vectors] == [1, 1, 1, 2, 2, 2, 2, 3]
+    assert len(vectors[7][2].metadata) == 3
     _, _, v6 = vectors[5]
     _, _, v7 = vectors[6]
     assert "_:h" in DOC_VECTORS["vector-6"] and "_:m" not in DOC_VECTORS["vector-6"]
@@ -57,7 +58,7 @@ def test_vector_ids_are_sha256_of_the_bytes_after_id_and_signature_lines() -> No
 def test_vectors_form_one_chain_and_verify_with_the_published_test_key(canonicalizer: Canonicalizer) -> None:
     trusted = TrustedKeys(jwks_of([load_key(KEY_FILE)]))
     assert trusted.kids == ["kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"]  # RFC 8037 A.3
-    for chain in (("vector-1", "vector-2", "vector-3"), ("vector-4", "vector-5", "vector-6", "vector-7")):
+    for chain in (("vector-1", "vector-2", "vector-3"), ("vector-4", "vector-5", "vector-6", "vector-7", "vector-8")):
         prev = None
         for name in chain:
             patch = verify_patch_bytes(DOC_VECTORS[name].encode(), trusted, canonicalizer)

@@ -22,7 +22,7 @@ GRAPH = "http://example.org/graph/kpi"
 KEY_FILE = HERE / "rfc8037-ed25519.jwk"
 
 # (name, what it shows, old file or None for empty, new file, author, message, created):
-# vectors 1-3 are format 1, vectors 4-7 format 2 (a chain of their own).
+# vectors 1-3 are format 1, vectors 4-7 format 2 (a chain of their own), vector-8 format 3 (on that chain).
 STEPS = [
     ("vector-1", "first patch, ground triples only", None, "v1.ttl", "alice@example.org",
      "Q3 figures", datetime(2026, 1, 15, 9, 30, tzinfo=UTC)),
@@ -41,7 +41,16 @@ STEPS_2 = [
      "alice@example.org", "ship order 7\nfix lead time", datetime(2026, 1, 17, 11, 15, 30, 250000, tzinfo=UTC)),
     ("vector-7", "format 2: two more copies of an MSG the graph holds: occurrences 1 and 2", "v3.ttl", "v4.ttl",
      "bob@example.org", "order 7: three of p2", datetime(2026, 1, 18, 8, 0, tzinfo=UTC)),
+    ("vector-8", "format 3: the publisher's metadata, signed with the change", "v4.ttl", "v5.ttl",
+     "erp@example.org", "order 7 delivered", datetime(2026, 1, 19, 14, 5, tzinfo=UTC)),
 ]
+# Metadata a vector's publisher attached (it makes the patch format 3).
+METADATA = {"vector-8": (
+    ("http://purl.org/dc/terms/source", "<https://erp.example.org/deliveries/D-7>"),
+    ("http://www.w3.org/ns/prov#generatedAtTime",
+     '"2026-01-19T14:04:58Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'),
+    ("https://example.org/ns#carrier", '"Spedition Müller \\"Nord\\""@de'),
+)}
 
 
 def build(canonicalizer: Canonicalizer) -> list[tuple[str, str, Patch]]:
@@ -56,7 +65,7 @@ def build(canonicalizer: Canonicalizer) -> list[tuple[str, str, Patch]]:
             old_quads = list(read_file(HERE / old)) if old else []
             change = diff_graph(old_quads, read_file(HERE / new), GRAPH, canonicalizer)
             unsigned = change.to_patch(prev, author=author, message=message, created=created,
-                                       held=replica.held if fmt == 2 else None)
+                                       held=replica.held if fmt == 2 else None, metadata=METADATA.get(name, ()))
             patch = sign_patch(unsigned, key)
             replica.apply(patch)
             out.append((name, what, patch))
