@@ -45,6 +45,7 @@ from lucid_hub.queries.evaluator import QueryEngine
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.resources import notification_url
+from lucid_hub.rules.offering import RuleOffers
 from lucid_hub.rules.service import RuleParts, RuleService
 from lucid_hub.signing import KeyRing, TrustedKeys
 from lucid_hub.store import GraphStore
@@ -108,6 +109,8 @@ class Runtime:
     # Direct edits of the store's graphs published as patches (`lucid-hub capture`, POST
     # /admin/store/capture, and every LUCID_STORE_CAPTURE_SECONDS in the leader).
     capture: Capture | None = None
+    # Rules offered to partner hubs and by them (rules.offering; docs/rules.md).
+    rule_offers: RuleOffers | None = None
 
     def _keep_lease(self) -> None:
         """The role `leadership`: renew the lease; where the hub serves, take it when it is free
@@ -308,6 +311,7 @@ class Runtime:
         runtime.remotes = [RemoteSync(RemoteStore(config), archive, canonicalizer, store, publisher.locks.lock)
                            for config in remotes]
         runtime.capture = Capture(runtime.remotes, publisher, canonicalizer)
+        runtime.rule_offers = RuleOffers(settings, db, rules, key, AddressPolicy.of(settings))
         if leadership is not None:
             runtime.roles.add("leadership", runtime._keep_lease, every=settings.leader_lease_seconds / 3)
             runtime.roles.start()

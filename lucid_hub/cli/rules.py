@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -166,3 +167,78 @@ def rules_test(state: Context, file: Path, patch_file: Path, graph: str | None) 
             firings = rt.rules.simulate(_rule_file(file), target, removed, added)
     for firing in firings:
         click.echo(json.dumps(firing, sort_keys=True))
+
+
+# --- rules offered between hubs (docs/rules.md, "Rules across hubs") ----------------------------
+
+def _offers(state: Context, hub_url: str | None, token: str | None, method: str, path: str,
+            act: Any, **kwargs: Any) -> Any:
+    """Through a running hub's admin API, or on the data directory's hub (`act(offers)`)."""
+    remote = hub_for(state, hub_url, token)
+    if remote:
+        return call_hub(*remote, method, f"/admin/rules/offers{path}", **kwargs)
+    with open_runtime(state) as rt:
+        assert rt.rule_offers is not None
+        return act(rt.rule_offers)
+
+
+@rules.command("offer")
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--to", "peer", type=URL, required=True, help="The partner hub's URL (where the rules would run).")
+@click.option("--client-id", required=True, help="This hub's client at the partner (graphs:write).")
+@click.option("--client-secret", envvar="LUCID_OFFER_CLIENT_SECRET", required=True,
+              help="Its secret (or LUCID_OFFER_CLIENT_SECRET).")
+@_hub_option
+@_token_option
+@pass_ctx
+def rules_offer(state: Context, file: Path, peer: str, client_id: str, client_secret: str, hub_url: str | None,
+                token: str | None) -> None:
+    """Offer the rules of FILE to a partner hub: they run there, on its events, once its admin
+    accepts; refused when they could fire forever with this hub's rules."""
+    text = _rule_file(file)
+    made = _offers(state, hub_url, token, "POST", "/outgoing",
+                   lambda o: o.offer(peer, text, client_id, client_secret, f"operator (rules offer {file.name})"),
+                   json={"hub": peer, "rules": text, "client_id": client_id, "client_secret": client_secret})
+    click.echo(json.dumps({k: made[k] for k in ("id", "peer", "rules", "state", "location")}, indent=2))
+
+
+@rules.command("offers")
+@_hub_option
+@_token_option
+@pass_ctx
+def rules_offers(state: Context, hub_url: str | None, token: str | None) -> None:
+    """Offers of rules, both ways (JSON): partners' to this hub, and this hub's (asked how they stand)."""
+    def listing(offers: Any) -> list[dict[str, Any]]:
+        offers.refresh()
+        return list(offers.all())
+
+    found = _offers(state, hub_url, token, "GET", "", lambda o: {"offers": listing(o)})["offers"]
+    click.echo(json.dumps([{k: v for k, v in o.items() if k != "text"} for o in found], indent=2))
+
+
+DECISIONS = {"accept": "Accept a partner's offer: its rules run here, as the partner's party (refused with the "
+                         "reason when they may not, or could fire forever).",
+             "reject": "Reject a partner's offer (its rules never run).",
+             "withdraw": "Withdraw an offer this hub made: the partner removes its rules."}
+
+
+def _decision(verb: str) -> Any:
+    @rules.command(verb, help=DECISIONS[verb])
+    @click.argument("offer_id")
+    @click.option("--reason", default="", help="Why (told to the offering hub; reject only).")
+    @_hub_option
+    @_token_option
+    @pass_ctx
+    def decide(state: Context, offer_id: str, reason: str, hub_url: str | None, token: str | None) -> None:
+        offer_id = offer_id.removeprefix("urn:uuid:")
+        who = f"operator (rules {verb})"
+        acts = {"accept": lambda o: o.accept(offer_id, who), "reject": lambda o: o.reject(offer_id, who, reason),
+                "withdraw": lambda o: o.withdraw(offer_id, who)}
+        done = _offers(state, hub_url, token, "POST", f"/{verb}", acts[verb], params={"id": offer_id},
+                       json={"reason": reason})
+        click.echo(f"offer urn:uuid:{done['id']}: {done['state']}")
+    return decide
+
+
+for _verb in ("accept", "reject", "withdraw"):
+    _decision(_verb)

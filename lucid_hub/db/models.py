@@ -11,6 +11,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     String,
@@ -397,6 +398,33 @@ class RuleCursor(Base):
     patch: Mapped[str | None] = mapped_column(PATCH_ID, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # of the next patch, so far
     retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RuleOffer(Base):
+    """A rule set offered between hubs (docs/rules.md, "Rules across hubs"): `out`, one this hub
+    offered to a partner (our client's credentials there, where the offer lives there); `in`,
+    one a partner offered to this hub (its party as the rules' owner, its keys pinned, its
+    rules' summaries for the termination analysis). `id` is the offer's `urn:uuid:` suffix."""
+
+    __tablename__ = "rule_offers"
+    __table_args__ = (Index("ix_rule_offers_state", "direction", "state"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    direction: Mapped[str] = mapped_column(String(8))  # "in" | "out"
+    peer: Mapped[str] = mapped_column(String(1024))  # the other hub's public URL
+    rules: Mapped[str] = mapped_column(Text)  # the rule file offered
+    rule_iris: Mapped[str] = mapped_column(Text)  # its rules' IRIs, space-separated
+    summaries: Mapped[str] = mapped_column(Text)  # JSON: the peer's rules' summaries
+    owner: Mapped[str] = mapped_column(Text)  # in: the offering party (Owner JSON)
+    jwks: Mapped[str] = mapped_column(Text)  # in: the offering hub's keys, pinned at the offer
+    client_id: Mapped[str] = mapped_column(String(255))  # out: our client at the peer
+    client_secret: Mapped[str] = mapped_column(String(255))
+    location: Mapped[str] = mapped_column(String(1024))  # out: the offer's URL at the peer
+    state: Mapped[str] = mapped_column(String(16))  # pending, accepted, rejected, withdrawn
+    reason: Mapped[str] = mapped_column(Text)
+    decided_by: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Lease(Base):

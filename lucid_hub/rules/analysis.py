@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from rdflib import Variable
 
-from lucid_hub.rules.language import Pattern, Rule
+from lucid_hub.rules.language import Pattern, Rule, RuleSyntaxError
 
 
 def unify(a: Pattern, b: Pattern) -> bool:
@@ -145,3 +145,25 @@ def analyse(rules: list[Rule]) -> Analysis:
     cycles = tuple(sorted(groups))
     unbounded = tuple(g for g in cycles if any(by_name[r].bound is None for r in g))
     return Analysis(edges, cycles, unbounded)
+
+
+def terminating(rules: list[Rule], foreign: list[tuple[Rule, str]], where: dict[str, str] | None = None) -> Analysis:
+    """The analysis of `rules` with the rules of partner hubs they can raise and be raised by
+    (`foreign`: each with the hub it runs at; graph IRIs are global, a mirror keeps its
+    publisher's IRI); RuleSyntaxError when they can fire forever, naming where each rule of
+    the cycle runs that does not run here (`where` adds to those)."""
+    places = dict(where or {})
+    names = {r.iri for r in rules}
+    every = list(rules)
+    for rule, hub in foreign:
+        if rule.iri not in names:
+            names.add(rule.iri)
+            every.append(rule)
+            places.setdefault(rule.iri, hub)
+    analysis = analyse(every)
+    if not analysis.terminates:
+        away = sorted({iri for group in analysis.unbounded for iri in group if iri in places})
+        across = "; ".join(f"<{iri}> runs at {places[iri]}" for iri in away)
+        raise RuleSyntaxError("the rule set can fire forever: " + analysis.explain().replace("\n", "; ")
+                              + (f" (across hubs: {across})" if across else ""))
+    return analysis

@@ -36,7 +36,7 @@ from lucid_hub.queries.evaluator import BudgetExceeded, Refusal
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.msg import GraphMsgs
 from lucid_hub.rules.actions import Actions
-from lucid_hub.rules.analysis import Analysis, analyse
+from lucid_hub.rules.analysis import Analysis, analyse, terminating
 from lucid_hub.rules.cascade import RuleCascade
 from lucid_hub.rules.deferred import DeferredRules, start_cursors
 from lucid_hub.rules.dry_run import simulate
@@ -99,6 +99,8 @@ class RuleService:
         self.read_only = read_only
         self.allows = parts.cascade.allows
         self.callback_prefixes = callback_prefixes
+        # Rules of partner hubs this set must terminate with, and where each runs (rules.offers).
+        self.foreign: Callable[[], list[tuple[Rule, str]]] = lambda: []
         self._parser = RulesReplica(store, settings.query_memory_mb, settings.rules_budget)  # holds no graphs
         self._edit_lock = threading.Lock()
         self.deferred = DeferredRules(db, archive, canonicalizer, parts.rule_set, parts.lanes, parts.actions,
@@ -165,10 +167,7 @@ class RuleService:
                 except InputError as exc:
                     raise InputError(f"rule <{rule.iri}>: {rule.action.upper()} <{rule.target}>: "
                                      f"{str(exc).replace('hub.callback', 'the URL')}") from None
-        analysis = analyse([*(r.rule for r in keep), *(rule for rule, _reads, _text in parsed)])
-        if not analysis.terminates:
-            raise RuleSyntaxError("the rule set can fire forever: " + analysis.explain().replace("\n", "; "))
-        return analysis
+        return terminating([*(r.rule for r in keep), *(rule for rule, _reads, _text in parsed)], self.foreign())
 
     def explain(self) -> Analysis:
         return analyse([r.rule for r in self.rules()])

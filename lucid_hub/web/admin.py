@@ -19,7 +19,7 @@ from lucid_hub.policy.decisions import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
 from lucid_hub.resources import notification_url
 from lucid_hub.signing import write_private
-from lucid_hub.web import rules
+from lucid_hub.web import rule_offers, rules
 from lucid_hub.web.authz import author, require_scope
 from lucid_hub.web.http import graph_param, json_object_body, negotiate, request_address, runtime
 
@@ -146,6 +146,7 @@ def history() -> Response:
 
 
 rules.register(api, "/rules")  # the same as /rules, for admins: every rule
+rule_offers.register(api, "/rules")
 
 
 @api.get("/store")

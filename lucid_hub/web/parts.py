@@ -20,6 +20,7 @@ from lucid_hub.publish.capture import Capture
 from lucid_hub.queries import QueryService
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.rules.offering import RuleOffers
 from lucid_hub.rules.service import RuleService
 from lucid_hub.signing import KeyRing
 from lucid_hub.store.remote_sync import RemoteSync
@@ -56,6 +57,7 @@ class HubParts(Protocol):
     rules: RuleService
     remotes: list[RemoteSync]
     capture: Capture | None
+    rule_offers: RuleOffers | None
     leader: bool
 
     def database_answers(self) -> None:

@@ -16,6 +16,7 @@ from lucid_hub.rules.analysis import Analysis, analyse
 from lucid_hub.rules.language import MAX_RULE_BYTES
 from lucid_hub.rules.model import RULES_GRAPH, Owner, Registered
 from lucid_hub.signing import TrustedKeys
+from lucid_hub.web import rule_offers
 from lucid_hub.web.authz import author, principal, require_scope
 from lucid_hub.web.http import json_object_body, negotiate, runtime
 
@@ -73,7 +74,10 @@ def list_rules() -> Response:
         if negotiate(["application/json", "text/plain"], "application/json") == "text/plain":
             return Response(rule.text, mimetype="text/plain")
         return jsonify(rule.describe())
-    return jsonify({"rules": [r.describe() for r in _visible(owner, engine.rules())]})
+    response = jsonify({"rules": [r.describe() for r in _visible(owner, engine.rules())]})
+    # (LDN discovery: where partners offer rules to this hub)
+    response.headers["Link"] = f'<{runtime().settings.public_url}/rules/offers>; rel="http://www.w3.org/ns/ldp#inbox"'
+    return response
 
 
 def add_rules() -> Response:
@@ -165,3 +169,4 @@ def register(bp: Blueprint, prefix: str = "") -> None:
 
 
 register(blueprint)
+rule_offers.register(blueprint)

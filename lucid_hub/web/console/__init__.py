@@ -9,12 +9,13 @@ behind confirmation pages. Pages with moving figures follow a Server-Sent Events
 (`live._live`); a page and its stream take their figures from one function (docs/console.md).
 
 The modules: figures (what moves), live (its stream), review (a patch as a change), pages
-(the hub's own data), partners (subscribers, clients, mirrors).
+(the hub's own data), partners (subscribers, clients, mirrors), offers (rules offered between
+hubs).
 """
 
 from __future__ import annotations
 
-from lucid_hub.web.console import pages, partners  # noqa: F401 (their pages join the blueprint)
+from lucid_hub.web.console import offers, pages, partners  # noqa: F401 (their pages join the blueprint)
 from lucid_hub.web.console.figures import PAGE, graph_figures, mirror_figures, overview_figures, subscription_figures
 
 __all__ = ["PAGE", "graph_figures", "mirror_figures", "overview_figures", "subscription_figures"]

@@ -58,6 +58,9 @@ def overview() -> Any:
                       if f["outcome"] in ("failed", "rolled-back"))
     for rule, count in sorted(failing.items()):
         attention.append(("Rule failing", f"{rule}: {count} of its recent firings failed (lucid-hub rules show)", ""))
+    offers = hub.rule_offers.all("in") if hub.rule_offers is not None else []
+    for offer in (o for o in offers if o["state"] == "pending"):
+        attention.append(("Rule offer waiting", f"{offer['peer']} offers {', '.join(offer['rules'])}", "rule-offers"))
     for store in hub.remotes:  # (the leader's last rounds: a follower's page shows none)
         if store.problem:
             attention.append((f"Your store {store.store.config.name} is not written", store.problem, "/admin/store"))
