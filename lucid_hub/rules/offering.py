@@ -23,6 +23,7 @@ from lucid_hub.errors import (
     InputError,
     LucidError,
     PatchSignatureError,
+    RateLimitedError,
     RemoteError,
 )
 from lucid_hub.outbound import AddressPolicy
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Lucid-Signature"
 SCOPE = "graphs:read graphs:write"  # what our client at the partner asks for (rules need write)
 TIMEOUT = 10
+MAX_PENDING = 20  # a party's offers waiting for a decision at once
 
 
 class RuleOffers:
@@ -163,6 +165,10 @@ class RuleOffers:
                     except LucidError as exc:  # (removed here meanwhile: withdrawn all the same)
                         log.info("withdrawing offer %s: rule <%s>: %s", row.id, iri, exc)
             return describe(self.book.decide(row.id, "withdrawn", f"{activity.actor} (withdrawn)")), False
+        waiting = [r for r in self.book.all("in", ("pending",)) if json.loads(r.owner).get("account") == owner.account]
+        if len(waiting) >= MAX_PENDING:  # (a partner cannot fill the database with offers nobody decides)
+            raise RateLimitedError(f"{len(waiting)} of your offers wait for a decision already; withdraw one "
+                                   "or wait for this hub's admin", retry_after=3600)
         jwks = json.loads(fetch_jwks(f"{activity.actor}/.well-known/jwks.json", self._http()))
         self._verify(jwks, raw, signature)
         parsed = self.rules.parse(activity.rules_text)  # (a file that is not rules: 400 now)

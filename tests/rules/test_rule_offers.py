@@ -191,7 +191,7 @@ DO INSERT {{ GRAPH <https://globex.example/graphs/relay> {{ ?o ex:relayed ?x }} 
         "https://globex.example/rules/relay"]
 
 
-def test_hostile_offers_are_refused_and_change_nothing(pair) -> None:  # type: ignore[no-untyped-def]
+def test_hostile_offers_are_refused_and_change_nothing(pair, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     acme, globex, client = pair
     token = requests.post(f"{globex.url}/oauth/token", auth=(client["client_id"], client["client_secret"]),
                           data={"grant_type": "client_credentials", "scope": "graphs:read graphs:write"},
@@ -233,6 +233,15 @@ def test_hostile_offers_are_refused_and_change_nothing(pair) -> None:  # type: i
     replay = send(good, sign_text(good, key))
     assert replay.status_code == 409 and "replay" in replay.text
     assert len(offers(globex)) == 1
+    # a flood: past the party's limit of offers waiting for a decision, 429 and nothing kept
+    from lucid_hub.rules import offering
+
+    monkeypatch.setattr(offering, "MAX_PENDING", 3)
+    for n in range(3):
+        more = json.dumps(activity(id=f"urn:uuid:00000000-0000-4000-8000-00000000000{n}")).encode()
+        answer = send(more, sign_text(more, key))
+        assert answer.status_code == (201 if n < 2 else 429), answer.text
+    assert len(offers(globex)) == 3
     # only admins decide; a party may not accept its own offer
     own = requests.post(f"{globex.url}/rules/offers/accept", params={"id": first.json()["id"]},
                         headers={"Authorization": f"Bearer {token}"}, timeout=30)
