@@ -40,6 +40,13 @@ MARGIN = 0.2
 Change = Literal["gained", "lost"] | None
 
 
+def lease_of(db: Database, name: str = "hub") -> tuple[str, int, float] | None:
+    """(holder, epoch, expires at: Unix seconds) of the lease `name`; None before any holder."""
+    with db.session() as session:
+        row = session.execute(select(Lease.holder, Lease.epoch, Lease.expires_at).where(Lease.name == name)).first()
+    return (str(row.holder), int(row.epoch), float(row.expires_at)) if row is not None else None
+
+
 class Leadership:
     """One process's part in the election of the deployment's leader."""
 

@@ -80,6 +80,10 @@ class Supervisor:
     def role(self, name: str) -> Role | None:
         return self._roles.get(name)
 
+    def all(self) -> list[Role]:
+        """Every role of this process, by name."""
+        return [self._roles[name] for name in sorted(self._roles)]
+
     def wake(self, name: str) -> None:
         """Run the role's next round now (a no-op for a role this process does not run)."""
         role = self._roles.get(name)

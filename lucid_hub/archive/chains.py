@@ -41,6 +41,9 @@ def read_only(graph: str) -> MirroredGraphError:
     return MirroredGraphError(f"<{graph}> is a mirror of another hub's graph: it changes only through its publisher")
 
 
+INTERNAL_PREFIX = "urn:lucid-hub:"  # the hub's own graphs (access conditions, rules)
+
+
 @dataclass(frozen=True)
 class Archiving:
     """A patch as the archive records it: its headers and its RDF Patch bytes."""
@@ -169,11 +172,13 @@ class Archive:
                 query = query.limit(limit)
             return list(session.scalars(query))
 
-    def graph_page(self, offset: int = 0, limit: int = 100) -> tuple[list[Graph], int]:
-        """A page of the graphs, most recently changed first, and how many there are."""
+    def graph_page(self, offset: int = 0, limit: int = 100, *, internal: bool = True) -> tuple[list[Graph], int]:
+        """A page of the graphs, most recently changed first, and how many there are; without
+        `internal`, none of the hub's own (`urn:lucid-hub:…`: access conditions, rules)."""
+        only = [] if internal else [~Graph.iri.startswith(INTERNAL_PREFIX)]
         with self.db.session() as session:
-            total = int(session.scalar(select(func.count()).select_from(Graph)) or 0)
-            query = select(Graph).order_by(Graph.updated_at.desc(), Graph.iri).offset(offset).limit(limit)
+            total = int(session.scalar(select(func.count()).select_from(Graph).where(*only)) or 0)
+            query = select(Graph).where(*only).order_by(Graph.updated_at.desc(), Graph.iri).offset(offset).limit(limit)
             return list(session.scalars(query)), total
 
     def timeline(self, graph: str, before: int | None, count: int) -> list[PatchRecord]:

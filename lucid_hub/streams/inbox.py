@@ -64,6 +64,14 @@ class SenderLimiter:
         self.limit, self.window = limit, window
         self._sent: defaultdict[str, deque[float]] = defaultdict(deque)
         self._lock = threading.Lock()
+        # sender -> (notifications refused, first and last refusal: wall-clock seconds), for
+        # the console: an inbox refusing a partner needs attention (the last 1,000 senders)
+        self.refused: dict[str, tuple[int, float, float]] = {}
+
+    def refusals(self, since: float) -> dict[str, tuple[int, float, float]]:
+        """The senders refused since `since` (wall-clock seconds): (count, first, last)."""
+        with self._lock:
+            return {k: v for k, v in self.refused.items() if v[2] >= since}
 
     def take(self, sender: str) -> None:
         now = time.monotonic()
@@ -72,6 +80,10 @@ class SenderLimiter:
             while sent and sent[0] <= now - self.window:
                 sent.popleft()
             if len(sent) >= self.limit:
+                count, first, _last = self.refused.pop(sender, (0, time.time(), 0.0))
+                self.refused[sender] = (count + 1, first, time.time())
+                while len(self.refused) > 1_000:
+                    self.refused.pop(next(iter(self.refused)))
                 wait = max(1, int(sent[0] + self.window - now + 0.999))
                 raise RateLimitedError(f"at most {self.limit} notifications a minute per sender; "
                                        f"try again in {wait} s", wait)

@@ -9,6 +9,7 @@ from lucid_hub.archive import Archive
 from lucid_hub.auth import ClientRegistry, TokenService
 from lucid_hub.auth.admins import AdminAccounts
 from lucid_hub.config import Settings
+from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
 from lucid_hub.log import PatchLog
 from lucid_hub.metrics import Metrics
@@ -27,6 +28,7 @@ from lucid_hub.store.remote_sync import RemoteSync
 from lucid_hub.store.sparql import SparqlGuard
 from lucid_hub.streams.inbox import Inbox
 from lucid_hub.streams.members import StreamIndex
+from lucid_hub.supervisor import Supervisor
 from lucid_hub.websub import WebSubHub
 
 
@@ -34,6 +36,8 @@ class HubParts(Protocol):
     """The parts of one hub a request may use (`lucid_hub.runtime.Runtime` is the one)."""
 
     settings: Settings
+    db: Database
+    roles: Supervisor
     archive: Archive
     keys: KeyRing
     canonicalizer: Canonicalizer

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from lucid_hub.archive import Archive
@@ -121,17 +121,26 @@ class WebSubHub:
 
     # --- administration -------------------------------------------------------------
     def subscriptions(self, *, graph: str | None = None, ids: Collection[int] | None = None,
-                      worst_first: bool = False, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+                      worst_first: bool = False, offset: int = 0, limit: int | None = None,
+                      troubled: tuple[int, datetime] | None = None) -> list[dict[str, Any]]:
         """Every subscription, or those to `graph`, or those with these `ids`; in id order, or
         `worst_first` (failed first, then the farthest behind); `offset` and `limit` a page.
-        (Core, the columns it shows, and the graphs' lengths by a join: a thousand rows are read
-        for every console page and live update.)"""
+        `troubled` (lag, quiet since): only those that need attention — failed, failing now
+        (attempts since the last success), that many patches behind, or behind without a
+        success since then. (Core, the columns it shows, and the graphs' lengths by a join: a
+        thousand rows are read for every console page and live update.)"""
         s = Subscription
         behind = func.coalesce(Graph.length, 0) - s.delivered_seq
+        only = self._only(graph, ids)
+        if troubled is not None:
+            lag, quiet = troubled
+            only.append(or_(s.state == "failed", s.attempts > 0, behind >= lag,
+                            and_(behind > 0, func.coalesce(s.last_success_at, s.created_at) < quiet)))
         query = (select(s.id, s.graph, s.callback, s.account, s.endpoint_id, s.state, s.media_type,
                         s.lease_expires_at, s.delivered_seq, s.delivered_total, s.failures_total, s.attempts,
-                        s.last_error, s.last_success_at, (func.length(s.secret) > 0).label("signed"), Graph.length)
-                 .outerjoin(Graph, Graph.iri == s.graph).where(*self._only(graph, ids))
+                        s.last_error, s.last_success_at, s.created_at, (func.length(s.secret) > 0).label("signed"),
+                        Graph.length)
+                 .outerjoin(Graph, Graph.iri == s.graph).where(*only)
                  .order_by(*((case((s.state == "failed", 0), else_=1), behind.desc(), s.graph, s.callback, s.id)
                              if worst_first else (s.id,)))
                  .offset(offset).limit(limit))
@@ -144,7 +153,7 @@ class WebSubHub:
                  "delivered": r.delivered_total,
                  "failures": r.failures_total, "attempts": r.attempts, "last_error": r.last_error,
                  "last_success_at": aware(r.last_success_at).isoformat() if r.last_success_at else None,
-                 "signed": bool(r.signed)} for r in rows]
+                 "created_at": aware(r.created_at).isoformat(), "signed": bool(r.signed)} for r in rows]
 
     def count(self, *, graph: str | None = None) -> int:
         """How many subscriptions there are (to `graph`)."""

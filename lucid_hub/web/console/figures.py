@@ -112,17 +112,18 @@ def _states(counts: Counter[str]) -> str:
 def overview_figures(hub: Any, mirrors: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Chart]]:
     """The overview's moving figures and charts (the page's, and each live update's);
     `mirrors` as the page read them, or read here."""
-    total_graphs = hub.archive.graph_page(0, 1)[1]
+    total_graphs = hub.archive.graph_page(0, 1, internal=False)[1]  # (the hub's own graphs are not published)
     mirrors = hub.mirror_registry.list() if mirrors is None else mirrors
     subscriptions, failures = hub.hub.states()
     at = datetime.now(UTC)
     now = at.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)  # the end of this hour
-    week = hub.archive.per_hour(now - timedelta(days=7))
+    week_start = at.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=6)  # (calendar days, UTC)
+    week = hub.archive.per_hour(week_start)
     day_start = now - timedelta(hours=24)
     charts = {"day": _patch_chart({h: c for h, c in week.items() if h >= day_start}, day_start, timedelta(hours=1),
-                                  24, "%H:00", "Patches per hour, last 24 hours"),
-              "week": _patch_chart(week, now - timedelta(days=7), timedelta(days=1), 7, "%a %d",
-                                   "Patches per day, last 7 days")}
+                                  24, "%H:00", "Patches per hour, last 24 hours (UTC)"),
+              "week": _patch_chart(week, week_start, timedelta(days=1), 7, "%a %d",
+                                   "Patches per day, last 7 days (UTC; today so far)")}
     charts["deliveries"], rate = _delivery_chart(hub.delivery, at)
     figures = {"published": total_graphs - len(mirrors), "mirrored": len(mirrors),
                "subscriptions": _states(Counter(subscriptions)),

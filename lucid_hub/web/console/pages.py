@@ -14,14 +14,11 @@ from lucid_hub.rdf.patch import check_patch_id
 from lucid_hub.rdf.rdfpatch import read_rdf_patch
 from lucid_hub.signing import TrustedKeys
 from lucid_hub.web.admin import ui
+from lucid_hub.web.console.attention import attention
 from lucid_hub.web.console.figures import (
-    KEY_AGE_DAYS,
-    LAGGING,
     PAGE,
-    RULE_FIRINGS,
     _graph_row,
     graph_figures,
-    key_age_days,
     overview_figures,
 )
 from lucid_hub.web.console.live import _live
@@ -38,43 +35,11 @@ def overview_events() -> Response:
 @ui.get("/overview")
 def overview() -> Any:
     hub = runtime()
-    graphs, total_graphs = hub.archive.graph_page(0, 10)
+    graphs, total_graphs = hub.archive.graph_page(0, 10, internal=False)
     mirrors = hub.mirror_registry.list()
-    attention: list[tuple[str, str, str]] = []  # (what, detail, link)
-    for s in hub.hub.subscriptions(worst_first=True, limit=PAGE):  # (the worst; all on the subscribers' page)
-        if s["state"] == "failed":
-            attention.append(("Subscription failed", f"{s['callback']} ({s['graph']}): {s['last_error']}",
-                              f"graph?graph={s['graph']}"))
-        elif s["lag"] >= LAGGING:
-            attention.append(("Subscriber behind", f"{s['callback']}: {s['lag']} patches of {s['graph']}",
-                              f"graph?graph={s['graph']}"))
-    for m in mirrors:
-        if m["quarantined"]:
-            attention.append(("Patches quarantined", f"{m['graph']}: {m['quarantined']} ({m['last_error']})",
-                              f"graph?graph={m['graph']}"))
-        if m["state"] not in ("active",):
-            attention.append((f"Mirror {m['state']}", f"{m['graph']} from {m['hub']}", f"graph?graph={m['graph']}"))
-    failing = Counter(f["rule"] for f in hub.rules.history(limit=RULE_FIRINGS)
-                      if f["outcome"] in ("failed", "rolled-back"))
-    for rule, count in sorted(failing.items()):
-        attention.append(("Rule failing", f"{rule}: {count} of its recent firings failed (lucid-hub rules show)", ""))
-    offers = hub.rule_offers.all("in") if hub.rule_offers is not None else []
-    for offer in (o for o in offers if o["state"] == "pending"):
-        attention.append(("Rule offer waiting", f"{offer['peer']} offers {', '.join(offer['rules'])}", "rule-offers"))
-    for store in hub.remotes:  # (the leader's last rounds: a follower's page shows none)
-        if store.problem:
-            attention.append((f"Your store {store.store.config.name} is not written", store.problem, "/admin/store"))
-        elif store.behind >= LAGGING:
-            attention.append((f"Your store {store.store.config.name} is behind",
-                              f"{store.store.name}: {store.behind} patches", "/admin/store"))
-        for graph, reason in sorted(store.refused.items()):
-            attention.append(("Graph not written to your store", reason, f"graph?graph={graph}"))
-    age = key_age_days(hub.keys.active_path)
-    if age >= KEY_AGE_DAYS:
-        attention.append(("Signing key due for rotation", f"in use for {age} days (lucid-hub keys rotate)",
-                          "/.well-known/jwks.json"))
+    items = attention(hub)
     figures, charts = overview_figures(hub, mirrors)
-    return render_template("overview.html", graphs=graphs, total_graphs=total_graphs, attention=attention,
+    return render_template("overview.html", graphs=graphs, total_graphs=total_graphs, attention=items,
                            figures=figures, charts=charts)
 
 
@@ -115,7 +80,8 @@ def graph_page() -> Any:
     return render_template("graph.html", graph=row, figures=graph_figures(graph, ids=[s["id"] for s in shown]),
                            patches=patches[:PAGE], older=patches[PAGE - 1].seq if len(patches) > PAGE else None,
                            readers=readers, writers=writers, subscribers=shown,
-                           total_subscribers=hub.hub.count(graph=graph), ids=",".join(str(s["id"]) for s in shown))
+                           total_subscribers=hub.hub.count(graph=graph), ids=",".join(str(s["id"]) for s in shown),
+                           names={c.client_id: c.name for c in hub.clients.list()})
 
 
 @ui.get("/patch")

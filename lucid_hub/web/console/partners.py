@@ -19,6 +19,11 @@ from lucid_hub.web.console.pages import _ids, _number
 from lucid_hub.web.http import runtime
 
 
+def client_names() -> dict[str, str]:
+    """Each client's name by its id: subscribers are shown by name first."""
+    return {c.client_id: c.name for c in runtime().clients.list()}
+
+
 @ui.get("/subscriptions")
 def subscriptions_page() -> Any:
     """Every subscription to our graphs (partners' mirrors of them among them), or to one
@@ -27,6 +32,7 @@ def subscriptions_page() -> Any:
     graph = request.args.get("graph") or None
     page = runtime().hub.subscriptions(graph=graph, worst_first=True, offset=offset, limit=PAGE)
     return render_template("subscriptions.html", subscriptions=page, total=runtime().hub.count(graph=graph),
+                           names=client_names(),
                            offset=offset, page=PAGE, graph=graph, figures=subscription_figures(page),
                            ids=",".join(str(s["id"]) for s in page), message=request.args.get("message"))
 

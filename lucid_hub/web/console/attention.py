@@ -1,0 +1,168 @@
+"""What needs an admin's attention, for the overview: each item says what, about whom, since
+when, and links to the page where it is dealt with. It must tell the truth: a partner whose
+deliveries fail is named at its first failed attempt, not once its subscription has failed
+for good or fallen 100 patches behind."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
+
+from lucid_hub.errors import LogUnavailableError
+from lucid_hub.leadership import lease_of
+from lucid_hub.queries.troubles import troubles
+from lucid_hub.web.console.figures import KEY_AGE_DAYS, LAGGING, PAGE, RULE_FIRINGS, key_age_days
+from lucid_hub.web.parts import HubParts
+
+QUIET = timedelta(minutes=10)  # a subscription behind with no success for this long needs attention
+RECENT = timedelta(hours=24)  # queries and windows ended this recently are named
+
+
+@dataclass(frozen=True)
+class Item:
+    what: str
+    detail: str
+    link: str = ""
+    since: datetime | None = None
+
+
+def _when(value: str | datetime | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+def attention(hub: HubParts) -> list[Item]:
+    """Everything that needs attention now, the most pressing kinds first."""
+    items: list[Item] = []
+    items += _health(hub)
+    items += _subscribers(hub)
+    items += _mirrors(hub)
+    items += _roles(hub)
+    items += _rules(hub)
+    items += _queries(hub)
+    items += _stores(hub)
+    items += _inboxes(hub)
+    age = key_age_days(hub.keys.active_path)
+    if age >= KEY_AGE_DAYS:
+        items.append(Item("Signing key due for rotation", f"in use for {age} days (lucid-hub keys rotate)",
+                          "/.well-known/jwks.json"))
+    return items
+
+
+def _health(hub: HubParts) -> list[Item]:
+    """The hub's own: its patch log, this replica's store, the leadership lease."""
+    out = []
+    try:
+        hub.log.check()
+    except LogUnavailableError as exc:
+        out.append(Item("Patch log unreachable", f"{exc}: patches are archived, but not relayed to partners",
+                        "/readyz"))
+    lag = hub.publisher.sync.lag()
+    if lag > hub.settings.ready_max_lag:
+        out.append(Item("This replica is behind", f"its store is {lag} patches behind the archive", "/readyz"))
+    lease = lease_of(hub.db)
+    if lease is not None and lease[2] < time.time():
+        holder, epoch, expires = lease
+        out.append(Item("No leader", f"the lease (epoch {epoch}, last held by {holder}) ran out: no process relays "
+                        "patches, delivers or evaluates until one takes it", "/readyz",
+                        datetime.fromtimestamp(expires, UTC)))
+    return out
+
+
+def _inboxes(hub: HubParts) -> list[Item]:
+    """Senders an inbox refused lately (over their rate): a partner whose notifications are lost."""
+    since = time.time() - RECENT.total_seconds()
+    return [Item("Inbox refusing a sender", f"{sender}: {count} notifications refused (over "
+                 f"{hub.inbox.limiter.limit} a minute), the last at "
+                 f"{datetime.fromtimestamp(last, UTC):%H:%M:%S} UTC", "", datetime.fromtimestamp(first, UTC))
+            for sender, (count, first, last) in sorted(hub.inbox.limiter.refusals(since).items())]
+
+
+def _name(hub: HubParts, endpoint_id: str) -> str:
+    client = hub.clients.get(endpoint_id)
+    return f"{client.name} ({endpoint_id})" if client is not None else endpoint_id
+
+
+def _subscribers(hub: HubParts) -> list[Item]:
+    quiet = datetime.now(UTC) - QUIET
+    out = []
+    for s in hub.hub.subscriptions(worst_first=True, limit=PAGE, troubled=(LAGGING, quiet)):
+        who = f"{_name(hub, s['endpoint_id'])} at {s['callback']}"
+        link = f"subscriptions?graph={quote(s['graph'], safe='')}"
+        since = _when(s["last_success_at"] or s["created_at"])
+        if s["state"] == "failed":
+            out.append(Item("Subscription failed", f"{who} ({s['graph']}): {s['last_error']}", link, since))
+        elif s["attempts"]:
+            out.append(Item("Deliveries failing", f"{who}: {s['attempts']} failed attempts, {s['lag']} patches of "
+                            f"{s['graph']} waiting: {s['last_error']}", link, since))
+        else:
+            out.append(Item("Subscriber behind", f"{who}: {s['lag']} patches of {s['graph']}", link, since))
+    return out
+
+
+def _mirrors(hub: HubParts) -> list[Item]:
+    out = []
+    for m in hub.mirror_registry.list():
+        if m["quarantined"]:
+            out.append(Item("Patches quarantined", f"{m['graph']}: {m['quarantined']} ({m['last_error']})", "mirrors"))
+        if m["state"] != "active":
+            reason = f": {m['last_error']}" if m.get("last_error") else ""
+            out.append(Item(f"Mirror {m['state']}", f"{m['graph']} from {m['hub']}{reason}", "mirrors"))
+    return out
+
+
+def _roles(hub: HubParts) -> list[Item]:
+    """Background roles of this process whose last rounds failed (the relay to the patch log,
+    deliveries, mirrors, deferred rules …), since their last good round."""
+    out = []
+    for role in hub.roles.all():
+        if role.failures_in_a_row:
+            since = datetime.fromtimestamp(role.last_success, UTC) if role.last_success else None
+            out.append(Item(f"Background work failing: {role.name}",
+                            f"{role.failures_in_a_row} rounds in a row failed (the log says why); tried again",
+                            "/readyz", since))
+    return out
+
+
+def _rules(hub: HubParts) -> list[Item]:
+    out = []
+    firings = [f for f in hub.rules.history(limit=RULE_FIRINGS) if f["outcome"] in ("failed", "rolled-back")]
+    failing = Counter(f["rule"] for f in firings)
+    first = {f["rule"]: f["firedAt"] for f in firings}  # (newest first: the last one written is the oldest)
+    for rule, count in sorted(failing.items()):
+        out.append(Item("Rule failing", f"{rule}: {count} of its recent firings failed or were rolled back",
+                        "", _when(first[rule])))
+    offers = hub.rule_offers.all("in") if hub.rule_offers is not None else []
+    for offer in (o for o in offers if o["state"] == "pending"):
+        out.append(Item("Rule offer waiting", f"{offer['peer']} offers {', '.join(offer['rules'])}", "rule-offers",
+                        _when(offer["created"])))
+    return out
+
+
+def _queries(hub: HubParts) -> list[Item]:
+    out = []
+    for t in troubles(hub.db, datetime.now(UTC) - RECENT):
+        kind = "Continuous query" if t["kind"] == "query" else "Window"
+        if t["attempts"]:
+            out.append(Item(f"{kind} webhook failing", f"{t['name']} of {t['account']} to {t['callback']}: "
+                            f"{t['attempts']} failed attempts: {t['error']}", "", t["at"]))
+        if t["state"] == "ended":
+            out.append(Item(f"{kind} ended", f"{t['name']} of {t['account']}: {t['reason']}", "", t["at"]))
+    return out
+
+
+def _stores(hub: HubParts) -> list[Item]:
+    out = []
+    for store in hub.remotes:  # (the leader's last rounds: a follower's page shows none)
+        if store.problem:
+            out.append(Item(f"Your store {store.store.config.name} is not written", store.problem, "/admin/store"))
+        elif store.behind >= LAGGING:
+            out.append(Item(f"Your store {store.store.config.name} is behind",
+                            f"{store.store.name}: {store.behind} patches", "/admin/store"))
+        for graph, reason in sorted(store.refused.items()):
+            out.append(Item("Graph not written to your store", reason, f"graph?graph={quote(graph, safe='')}"))
+    return out

@@ -1,0 +1,126 @@
+"""The overview's "Needs attention" tells the truth: a partner hub that went down is named at
+the next refresh after a delivery to it failed (not once its subscription failed for good or
+fell 100 patches behind), with its client's name and since when; it clears once the partner
+is back and has taken what it missed. Two real hubs on loopback, the partner stopped and
+started again at the same address."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import requests
+
+from lucid_hub.auth.admins import AdminAccounts
+from tests.conftest import ADMIN_PASSWORD, RunningHub, running_hub
+from tests.mirror.test_mirror import DEV, G, add_mirror, mirror, publish, version, wait
+
+
+def signed_in(hub: RunningHub) -> requests.Session:
+    AdminAccounts(hub.runtime.db).create("alice", ADMIN_PASSWORD)
+    web = requests.Session()
+    csrf = re.search(r'name="csrf" value="([^"]+)"', web.get(f"{hub.url}/admin/ui/login", timeout=30).text)
+    assert csrf is not None
+    answer = web.post(f"{hub.url}/admin/ui/login", timeout=30,
+                      data={"username": "alice", "password": ADMIN_PASSWORD, "csrf": csrf.group(1)})
+    assert answer.status_code == 200
+    return web
+
+
+def attention(web: requests.Session, hub: RunningHub) -> str:
+    page = web.get(f"{hub.url}/admin/ui/overview", timeout=30).text
+    found = re.search(r'<section aria-labelledby="attention">(.*?)</section>', page, re.S)
+    assert found is not None
+    return found.group(1)
+
+
+def test_a_partner_that_is_down_is_named_at_the_next_refresh_and_cleared_after_it_recovers(tmp_path: Path) -> None:
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher:
+        web = signed_in(publisher)
+        publish(publisher, version(0))
+        with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
+            add_mirror(publisher, partner)
+            wait(lambda: mirror(partner)["state"] == "active" and mirror(partner)["head"] == publisher.runtime.archive.head(G))
+            port = int(partner.url.rsplit(":", 1)[1])
+            assert "Nothing: every subscription delivers" in attention(web, publisher)
+        # the partner is down; the next patch cannot be delivered
+        head = publish(publisher, version(1))
+
+        def failing() -> bool:
+            (sub,) = publisher.runtime.hub.subscriptions()
+            return bool(sub["attempts"])
+
+        wait(failing, timeout=60)
+        shown = attention(web, publisher)  # (one refresh)
+        assert "Deliveries failing" in shown and "Globex hub" in shown and "since" in shown, shown
+        assert "Nothing" not in shown
+        for page in ("subscriptions", f"graph?graph={G}"):  # subscribers by their client's name first
+            assert "<strong>Globex hub</strong>" in web.get(f"{publisher.url}/admin/ui/{page}", timeout=30).text
+        # the partner comes back at the same address; it takes what it missed, and the item goes
+        with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV, port=port) as partner:
+            wait(lambda: mirror(partner)["head"] == head, timeout=90)
+
+            def delivered() -> bool:
+                (sub,) = publisher.runtime.hub.subscriptions()
+                return not sub["attempts"] and not sub["lag"]
+
+            wait(delivered, timeout=90)
+            assert "Nothing: every subscription delivers" in attention(web, publisher)
+
+
+def test_ended_queries_failing_background_work_and_refused_senders_are_named(tmp_path: Path) -> None:
+    from tests.streams.test_inbox import PARTNERS, announce, partner
+    from tests.streams.test_inbox import G as ORDERS
+    from tests.streams.test_inbox import post as post_notification
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}",
+                     {**DEV, "LUCID_INBOX_RATE": "2"}) as hub:
+        web = signed_in(hub)
+        assert hub.http.post(f"{hub.url}/admin/conditions", data=PARTNERS,
+                             headers={"Content-Type": "text/turtle"}).status_code in (200, 201)
+        assert hub.http.put(f"{hub.url}/graphs", params={"graph": ORDERS}, data=b'<http://ex/a> <http://ex/p> "1" .\n',
+                            headers={"Content-Type": "application/n-triples"}).status_code == 201
+        assert "Nothing" in attention(web, hub)
+        # a continuous query the hub ended (as it does when access is withdrawn)
+        made = hub.http.post(f"{hub.url}/subscriptions", timeout=30, json={
+            "sparql": f"SELECT * WHERE {{ GRAPH <{ORDERS}> {{ ?s ?p ?o }} }}"})
+        assert made.status_code == 201, made.text
+        sid = made.json()["notification"]["spuid"]
+        hub.runtime.queries.records.end(sid, f"access to {ORDERS} was withdrawn: the query ended")
+        # a partner over its inbox rate
+        flood = partner(hub, "flood")
+        answers = [post_notification(flood, hub, announce(n)).status_code for n in range(3)]
+        assert answers == [201, 201, 429]
+        # background work that fails
+        def broken() -> None:
+            raise RuntimeError("the broker is gone")
+
+        role = hub.runtime.roles.add("test-broken-work", broken, every=0.05)
+        wait(lambda: role.failures_in_a_row > 0)
+        shown = attention(web, hub)
+        assert "Continuous query ended" in shown and f"access to {ORDERS} was withdrawn" in shown, shown
+        assert "Inbox refusing a sender" in shown and "1 notifications refused" in shown
+        assert "Background work failing: test-broken-work" in shown
+        assert "Nothing" not in shown
+
+
+def test_figures_count_published_graphs_only_and_the_week_ends_today(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from lucid_hub.web.console.figures import overview_figures
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", DEV) as hub:
+        body = {"iri": "urn:c:someone-reads", "requiresGroup": ["someone"], "readGraph": [G]}
+        assert hub.http.post(f"{hub.url}/admin/conditions", json=body, timeout=30).status_code == 201
+        publish(hub, version(0))
+        internal = [g.iri for g in hub.runtime.archive.graph_page(0, 100)[0] if g.iri.startswith("urn:lucid-hub:")]
+        assert internal  # (the access conditions are a graph of the hub's own)
+        figures, charts = overview_figures(hub.runtime)
+        assert figures["published"] == 1  # the published graph, not the hub's own
+        today = datetime.now(UTC).strftime("%a %d")
+        assert charts["week"].span.endswith(f"to {today}")  # (the last bar is today's, labelled so)
+        assert charts["week"].total == charts["day"].total >= 1
+        web = signed_in(hub)
+        page = web.get(f"{hub.url}/admin/ui/overview", timeout=30).text
+        recent = page.split('<section aria-labelledby="recent">')[1]
+        assert G in recent and not any(iri in recent for iri in internal)
