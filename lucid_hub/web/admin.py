@@ -22,6 +22,7 @@ from lucid_hub.signing import write_private
 from lucid_hub.web import rule_offers, rules
 from lucid_hub.web.authz import author, require_scope
 from lucid_hub.web.http import graph_param, json_object_body, negotiate, request_address, runtime
+from lucid_hub.web.moments import moment
 
 api = Blueprint("admin_api", __name__, url_prefix="/admin")
 ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates", static_folder="static")
@@ -264,6 +265,9 @@ def _signed_in() -> Any:
     if request.endpoint in ("admin_ui.login", "admin_ui.static") or session.get("admin"):
         return None
     return redirect(url_for("admin_ui.login", next=request.path))
+
+
+ui.add_app_template_filter(moment, "moment")  # (every page shows moments one way)
 
 
 @ui.app_context_processor
