@@ -1,6 +1,6 @@
 """`lucid-hub bench console`: how long each console page takes to render with a graph of
-10,000 patches and 1,000 subscriptions (the goal: at most 300 ms a page), and each page's
-live update (computed every second of a burst, for every open page).
+10,000 patches, 1,000 subscriptions, 100 rules and 100 windows (the goal: at most 300 ms a
+page), and each page's live update (computed every second of a burst, for every open page).
 
 In process, through Flask's test client (no network: the page's own work), signed in as an
 admin; the baseline is `/healthz` in the same process. Subscriptions are written as rows (as
@@ -57,6 +57,31 @@ def _seed(hub: Runtime, patches: int, subscriptions: int) -> list[str]:
     return ids
 
 
+def _seed_rules_and_windows(hub: Runtime, rules: int, windows: int) -> None:
+    """`rules` rules (one file, none raising another) and `windows` windowed queries (rows, as
+    the hub keeps them; paused, so that they do not evaluate while the pages are timed)."""
+    import json
+    import secrets
+
+    from lucid_hub.db.models import WindowedQuery
+    from lucid_hub.rules.model import OPERATOR
+
+    text = "".join(f"RULE <http://example.org/rules/{n}>\nON INSERT {{ GRAPH <{GRAPH}> {{ ?s <http://example.org/p> "
+                   f"\"{n}\" }} }}\nDO INSERT {{ GRAPH <http://example.org/alerts/{n}> {{ ?s <http://example.org/seen> "
+                   f"true }} }} WHERE {{}}\n" for n in range(rules))
+    if rules:
+        hub.rules.add(text, OPERATOR, "bench")
+    now = datetime.now(UTC)
+    with hub.db.session() as session:
+        session.add_all([WindowedQuery(
+            id=secrets.token_hex(8), name=f"w{n}", account=f"partner-{n % 50}", endpoint_id=f"lc-{n % 50}",
+            groups="partners", token_id=f"jti-{n}", query="SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }",
+            graphs=json.dumps([GRAPH]), range_spec="10s", step_spec="1s", with_state=False, view="changes",
+            dataset="{}", source=None, state="paused", reason="", next_end_at=now, next_end_position=0,
+            sequence=n, callback=None, secret=None, callback_seq=-1, callback_attempts=0, callback_next_at=None,
+            callback_error="", created_at=now, updated_at=now) for n in range(windows)])
+
+
 def _timed(client: FlaskClient, path: str, runs: int) -> tuple[float, float, int]:
     status = 0
 
@@ -98,7 +123,7 @@ def _live_updates(app: Flask, hub: Runtime, patches: int, runs: int) -> float:
     return worst
 
 
-def run(patches: int, subscriptions: int, runs: int) -> None:
+def run(patches: int, subscriptions: int, runs: int, rules: int = 100, windows: int = 100) -> None:
     from lucid_hub.auth.admins import AdminAccounts
     from lucid_hub.config import Settings
     from lucid_hub.runtime import Runtime
@@ -115,7 +140,8 @@ def run(patches: int, subscriptions: int, runs: int) -> None:
                        f"{runs} renders each (in process)")
             started = time.perf_counter()
             ids = _seed(runtime, patches, subscriptions)
-            click.echo(f"  seeded in {time.perf_counter() - started:.1f} s")
+            _seed_rules_and_windows(runtime, rules, windows)
+            click.echo(f"  seeded in {time.perf_counter() - started:.1f} s ({rules} rules, {windows} windows)")
             AdminAccounts(runtime.db).create("bench", "bench password 1234")
             client = app.test_client()
             page = client.get("/admin/ui/login")
@@ -131,7 +157,10 @@ def run(patches: int, subscriptions: int, runs: int) -> None:
                      "patch": f"/admin/ui/patch?id={quote(ids[patches // 2], safe='')}",
                      "subscribers": "/admin/ui/subscriptions", "subscribers (last page)":
                          f"/admin/ui/subscriptions?offset={max(0, subscriptions - 50)}",
-                     "mirrors": "/admin/ui/mirrors", "clients": "/admin/ui/clients"}
+                     "mirrors": "/admin/ui/mirrors", "clients": "/admin/ui/clients",
+                     "queries and windows": "/admin/ui/queries", "rules": "/admin/ui/rules",
+                     "rule offers": "/admin/ui/rule-offers", "inboxes": "/admin/ui/inboxes",
+                     "this hub": "/admin/ui/hub"}
             worst = 0.0
             for name, path in pages.items():
                 p50, p95, status = _timed(client, path, runs)

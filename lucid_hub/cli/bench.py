@@ -163,13 +163,16 @@ def bench_scale(replicas: str, database: str, reads: int, publishes: int, client
 @click.option("--patches", default=10_000, show_default=True, help="Patches in the graph.")
 @click.option("--subscriptions", default=1_000, show_default=True, help="Subscriptions to it.")
 @click.option("--runs", default=20, show_default=True, help="Renders of each page.")
-def bench_console(patches: int, subscriptions: int, runs: int) -> None:
-    """The console's pages: render times with a long history and many subscribers (goal 300 ms)."""
+@click.option("--rules", default=100, show_default=True, help="Rules in the rule set.")
+@click.option("--windows", default=100, show_default=True, help="Windowed queries.")
+def bench_console(patches: int, subscriptions: int, runs: int, rules: int, windows: int) -> None:
+    """The console's pages: render times with a long history, many subscribers, rules and
+    windows (goal 300 ms)."""
     from lucid_bench.console import run
 
-    if min(patches, subscriptions, runs) < 1:
-        raise InputError("--patches, --subscriptions and --runs must be positive")
-    run(patches, subscriptions, runs)
+    if min(patches, subscriptions, runs) < 1 or min(rules, windows) < 0:
+        raise InputError("--patches, --subscriptions and --runs must be positive, --rules and --windows 0 or more")
+    run(patches, subscriptions, runs, rules, windows)
 
 
 @bench.command("tls")

@@ -29,3 +29,24 @@ def troubles(db: Database, since: datetime, limit: int = 50) -> list[dict[str, A
                             "reason": row.reason, "at": aware(row.updated_at), "callback": row.callback,
                             "attempts": row.callback_attempts, "error": row.callback_error})
     return sorted(out, key=lambda t: t["at"], reverse=True)[:limit]
+
+
+def listing(db: Database, limit: int = 200) -> dict[str, list[dict[str, Any]]]:
+    """Every continuous query and window (the newest `limit` of each), for the console: who
+    holds it, over what, how it stands (ended: why), its last notification, its webhook."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for model, kind in ((QuerySubscription, "queries"), (WindowedQuery, "windows")):
+        with db.session() as session:
+            rows = list(session.scalars(select(model).order_by(model.created_at.desc()).limit(limit)))
+            out[kind] = [_row(r) for r in rows]
+    return out
+
+
+def _row(r: Any) -> dict[str, Any]:
+    common = {"account": r.account, "state": r.state, "reason": r.reason, "sequence": r.sequence, "query": r.query,
+              "created": aware(r.created_at), "updated": aware(r.updated_at), "callback": r.callback,
+              "attempts": r.callback_attempts, "error": r.callback_error}
+    if isinstance(r, WindowedQuery):
+        return {**common, "name": r.name, "graphs": r.graphs, "range": r.range_spec, "step": r.step_spec,
+                "next": aware(r.next_end_at) if r.next_end_at else None, "next_position": r.next_end_position}
+    return {**common, "name": r.alias or r.id, "id": r.id, "detached": aware(r.detached_at) if r.detached_at else None}

@@ -205,3 +205,14 @@ class Inbox:
             if self._generation == generation:
                 self._cond.wait(min(self.poll, timeout))
             return self._generation
+
+
+def senders(db: Database, limit: int = 200) -> list[dict[str, object]]:
+    """Who sent what to which inbox: per graph and sender, how many notifications and the
+    newest one's time; the most recently active first (the console's inboxes page)."""
+    last = func.max(Notification.created_at)
+    query = (select(Notification.graph, Notification.sender, func.count().label("count"), last.label("last"))
+             .group_by(Notification.graph, Notification.sender).order_by(last.desc()).limit(limit))
+    with db.engine.connect() as conn:
+        return [{"graph": r.graph, "sender": r.sender, "count": int(r[2]), "last": r.last}
+                for r in conn.execute(query)]

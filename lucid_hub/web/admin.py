@@ -17,12 +17,12 @@ from lucid_hub.auth.ratelimit import FailureLimiter
 from lucid_hub.errors import ForbiddenError, InputError, LucidError, NotFoundError, PolicyError, RateLimitedError
 from lucid_hub.policy.decisions import Action, Party
 from lucid_hub.policy.model import PROPERTIES, Condition, parse_turtle, to_turtle
-from lucid_hub.resources import notification_url
 from lucid_hub.signing import write_private
 from lucid_hub.web import rule_offers, rules
 from lucid_hub.web.authz import author, require_scope
 from lucid_hub.web.http import graph_param, json_object_body, negotiate, request_address, runtime
 from lucid_hub.web.moments import moment
+from lucid_hub.web.receipts import receipts
 
 api = Blueprint("admin_api", __name__, url_prefix="/admin")
 ui = Blueprint("admin_ui", __name__, url_prefix="/admin/ui", template_folder="templates", static_folder="static")
@@ -204,21 +204,8 @@ def delete_client(client_id: str) -> Response:
 def list_receipts() -> Response:
     """Who applied what: each partner's newest receipt (an `as:Announce` in the graph's inbox,
     docs/streams.md "Receipts") with the chain position it names and how far behind it is."""
-    hub = runtime()
     graph = graph_param()
-    length = hub.stream.position(graph)
-    prefix = f"{hub.settings.public_url}/patches/"
-    out = []
-    for item in hub.inbox.latest_per_sender(graph, "Announce"):
-        patch = next((o[len(prefix):] for o in item.objects if o.startswith(prefix)), None)
-        try:
-            position = hub.archive.position(patch, graph) if patch else None
-        except NotFoundError:
-            position = None  # a patch this hub never made: reported, not trusted
-        out.append({"sender": item.sender, "patch": patch, "position": position,
-                    "behind": None if position is None else length - position,
-                    "received": item.created_at.isoformat().replace("+00:00", "Z"),
-                    "notification": notification_url(hub.settings.public_url, item.id)})
+    length, out = receipts(runtime(), graph)
     return jsonify({"graph": graph, "length": length, "receipts": out})
 
 

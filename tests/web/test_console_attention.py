@@ -51,6 +51,9 @@ def test_a_partner_that_is_down_is_named_at_the_next_refresh_and_cleared_after_i
             return bool(sub["attempts"])
 
         wait(failing, timeout=60)
+        from lucid_hub.web.console.figures import overview_figures
+
+        wait(lambda: overview_figures(publisher.runtime)[0]["failures"] >= 1)  # (failed deliveries, last hour)
         shown = attention(web, publisher)  # (one refresh)
         assert "Deliveries failing" in shown and "Globex hub" in shown and "since" in shown, shown
         assert "Nothing" not in shown
@@ -102,6 +105,11 @@ def test_ended_queries_failing_background_work_and_refused_senders_are_named(tmp
         assert "Inbox refusing a sender" in shown and "1 notifications refused" in shown
         assert "Background work failing: test-broken-work" in shown
         assert "Nothing" not in shown
+        listed = web.get(f"{hub.url}/admin/ui/queries", timeout=30).text  # where the items link to
+        assert f'data-query="{sid}"' in listed and f"access to {ORDERS} was withdrawn" in listed
+        assert "test-broken-work" in web.get(f"{hub.url}/admin/ui/hub", timeout=30).text
+        inboxes = web.get(f"{hub.url}/admin/ui/inboxes", timeout=30).text  # the flood's sender, counted
+        assert ORDERS in inboxes and re.search(r"<strong>flood</strong><br><span[^>]*>[^<]*</span></td><td>2</td>", inboxes), inboxes[-3000:]
 
 
 def test_figures_count_published_graphs_only_and_the_week_ends_today(tmp_path: Path) -> None:
@@ -124,3 +132,21 @@ def test_figures_count_published_graphs_only_and_the_week_ends_today(tmp_path: P
         page = web.get(f"{hub.url}/admin/ui/overview", timeout=30).text
         recent = page.split('<section aria-labelledby="recent">')[1]
         assert G in recent and not any(iri in recent for iri in internal)
+
+
+def test_the_rules_page_and_the_hub_page_show_what_runs(tmp_path: Path) -> None:
+    from tests.rules.test_rules import CHAIN, DELIVERIES, EX, add_rules, put
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", DEV) as hub:
+        web = signed_in(hub)
+        empty = web.get(f"{hub.url}/admin/ui/rules", timeout=30)
+        assert empty.status_code == 200 and "No rules" in empty.text
+        add_rules(hub, CHAIN)
+        trigger = put(hub, DELIVERIES, f'<{EX}d1> <{EX}late> "true"^^<http://www.w3.org/2001/XMLSchema#boolean> .\n')
+        page = web.get(f"{hub.url}/admin/ui/rules", timeout=30).text
+        for rule in ("urn:r:first", "urn:r:second", "urn:r:cascade"):
+            assert f'data-rule="{rule}"' in page
+        assert "can raise" in page and "<svg" in page and "no cycle" in page  # first -> cascade
+        assert trigger[11:27] in page and "patched" in page  # the latest firings, with their outcomes
+        roles = web.get(f"{hub.url}/admin/ui/hub", timeout=30).text
+        assert 'data-role="' in roles and "this process leads" in roles and "patches behind the archive" in roles

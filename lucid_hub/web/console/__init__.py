@@ -10,12 +10,12 @@ behind confirmation pages. Pages with moving figures follow a Server-Sent Events
 
 The modules: figures (what moves), live (its stream), review (a patch as a change), pages
 (the hub's own data), partners (subscribers, clients, mirrors), offers (rules offered between
-hubs).
+hubs), capabilities (rules, the hub's own work).
 """
 
 from __future__ import annotations
 
-from lucid_hub.web.console import offers, pages, partners  # noqa: F401 (their pages join the blueprint)
+from lucid_hub.web.console import capabilities, offers, pages, partners  # noqa: F401 (their pages join the blueprint)
 from lucid_hub.web.console.figures import PAGE, graph_figures, mirror_figures, overview_figures, subscription_figures
 
 __all__ = ["PAGE", "graph_figures", "mirror_figures", "overview_figures", "subscription_figures"]

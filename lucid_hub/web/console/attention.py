@@ -19,6 +19,7 @@ from lucid_hub.web.parts import HubParts
 
 QUIET = timedelta(minutes=10)  # a subscription behind with no success for this long needs attention
 RECENT = timedelta(hours=24)  # queries and windows ended this recently are named
+LOG_TIMEOUT = 0.5  # seconds the overview waits for the patch log's answer (a broker that is down)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def _health(hub: HubParts) -> list[Item]:
     """The hub's own: its patch log, this replica's store, the leadership lease."""
     out = []
     try:
-        hub.log.check()
+        hub.log.check(timeout=LOG_TIMEOUT)
     except LogUnavailableError as exc:
         out.append(Item("Patch log unreachable", f"{exc}: patches are archived, but not relayed to partners",
                         "/readyz"))
@@ -124,7 +125,7 @@ def _roles(hub: HubParts) -> list[Item]:
             since = datetime.fromtimestamp(role.last_success, UTC) if role.last_success else None
             out.append(Item(f"Background work failing: {role.name}",
                             f"{role.failures_in_a_row} rounds in a row failed (the log says why); tried again",
-                            "/readyz", since))
+                            "hub", since))
     return out
 
 
@@ -135,7 +136,7 @@ def _rules(hub: HubParts) -> list[Item]:
     first = {f["rule"]: f["firedAt"] for f in firings}  # (newest first: the last one written is the oldest)
     for rule, count in sorted(failing.items()):
         out.append(Item("Rule failing", f"{rule}: {count} of its recent firings failed or were rolled back",
-                        "", _when(first[rule])))
+                        "rules", _when(first[rule])))
     offers = hub.rule_offers.all("in") if hub.rule_offers is not None else []
     for offer in (o for o in offers if o["state"] == "pending"):
         out.append(Item("Rule offer waiting", f"{offer['peer']} offers {', '.join(offer['rules'])}", "rule-offers",
@@ -149,9 +150,9 @@ def _queries(hub: HubParts) -> list[Item]:
         kind = "Continuous query" if t["kind"] == "query" else "Window"
         if t["attempts"]:
             out.append(Item(f"{kind} webhook failing", f"{t['name']} of {t['account']} to {t['callback']}: "
-                            f"{t['attempts']} failed attempts: {t['error']}", "", t["at"]))
+                            f"{t['attempts']} failed attempts: {t['error']}", "queries", t["at"]))
         if t["state"] == "ended":
-            out.append(Item(f"{kind} ended", f"{t['name']} of {t['account']}: {t['reason']}", "", t["at"]))
+            out.append(Item(f"{kind} ended", f"{t['name']} of {t['account']}: {t['reason']}", "queries", t["at"]))
     return out
 
 

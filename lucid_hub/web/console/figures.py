@@ -12,6 +12,7 @@ from typing import Any
 
 from lucid_hub.errors import NotFoundError
 from lucid_hub.web.http import runtime
+from lucid_hub.web.moments import relative
 
 PAGE = 50  # patches or graphs a page
 
@@ -80,9 +81,10 @@ def _patch_chart(counts: dict[datetime, int], start: datetime, step: timedelta, 
 DELIVERY_MINUTES = 60  # the minutes the deliveries chart shows
 
 
-def _delivery_chart(delivery: Any, at: datetime) -> tuple[Chart, int]:
+def _delivery_chart(delivery: Any, at: datetime) -> tuple[Chart, int, int]:
     """Deliveries a minute over the last hour (every delivering process's, from the table the
-    recorders add to), and the current rate: the last whole minute and this one so far."""
+    recorders add to), the current rate (the last whole minute and this one so far), and the
+    failed attempts of the hour."""
     current = at.replace(second=0, microsecond=0)
     start = current - timedelta(minutes=DELIVERY_MINUTES - 1)
     counts = delivery.by_minute(start)
@@ -94,7 +96,8 @@ def _delivery_chart(delivery: Any, at: datetime) -> tuple[Chart, int]:
         bars.append((text, delivered, f"{text}: {delivered} delivered" + (f", {failed} failed" if failed else "")))
     recent = counts.get(current, (0, 0))[0] + counts.get(current - timedelta(minutes=1), (0, 0))[0]
     rate = round(recent * 60 / (60 + (at - current).total_seconds()))
-    return _chart("Deliveries per minute, last hour", "patches delivered", bars), rate
+    failed = sum(f for _d, f in counts.values())
+    return _chart("Deliveries per minute, last hour", "patches delivered", bars), rate, failed
 
 
 def key_age_days(path: Path) -> int:
@@ -124,11 +127,11 @@ def overview_figures(hub: Any, mirrors: list[dict[str, Any]] | None = None) -> t
                                   24, "%H:00", "Patches per hour, last 24 hours (UTC)"),
               "week": _patch_chart(week, week_start, timedelta(days=1), 7, "%a %d",
                                    "Patches per day, last 7 days (UTC; today so far)")}
-    charts["deliveries"], rate = _delivery_chart(hub.delivery, at)
+    charts["deliveries"], rate, failed = _delivery_chart(hub.delivery, at)
     figures = {"published": total_graphs - len(mirrors), "mirrored": len(mirrors),
                "subscriptions": _states(Counter(subscriptions)),
                "mirror_states": _states(Counter(m["state"] for m in mirrors)),
-               "failures": failures, "deliveries_per_minute": rate}
+               "failures": failed, "failures_ever": failures, "deliveries_per_minute": rate}
     for name, chart in charts.items():
         figures[f"{name}_total"], figures[f"{name}_span"] = chart.total, chart.span
     return figures, charts
@@ -150,9 +153,17 @@ def subscription_figures(subscriptions: list[dict[str, Any]]) -> dict[str, str]:
         key = f"s{s['id']}."
         out |= {f"{key}state": s["state"], f"{key}lag": f"{s['lag']} patches",
                 f"{key}behind": f"for {_duration(at - made)}" if made else "",
-                f"{key}last": s["last_success_at"] or "never", f"{key}failures": str(s["failures"]),
+                f"{key}last": _ago(s["last_success_at"], at), f"{key}failures": str(s["failures"]),
                 f"{key}error": s["last_error"] or ""}
     return out
+
+
+def _ago(when: str | None, at: datetime) -> str:
+    """A moment in a live figure (text only): how long ago, with the UTC time of day."""
+    if not when:
+        return "never"
+    moment = datetime.fromisoformat(when).astimezone(UTC)
+    return f"{relative(moment, at)} ({moment:%H:%M:%S} UTC)"
 
 
 def _graph_row(graph: str) -> Any:

@@ -60,3 +60,19 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
 });
+
+// Phones: each table row is shown as a card of "header: value" lines (admin.css), so no column
+// hides behind a horizontal scroll; the labels are the table's own headers, set here once.
+document.addEventListener("DOMContentLoaded", () => {
+  for (const table of document.querySelectorAll(".table-scroll table")) {
+    const headers = Array.from(table.querySelectorAll("thead th"), (th) => th.textContent.trim());
+    for (const row of table.querySelectorAll("tbody tr")) {
+      Array.from(row.children).forEach((cell, index) => {
+        if (!cell.hasAttribute("colspan") && headers[index] && cell.dataset.label === undefined) {
+          cell.dataset.label = headers[index];
+        }
+      });
+    }
+    table.classList.add("cards");
+  }
+});

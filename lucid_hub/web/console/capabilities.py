@@ -1,0 +1,90 @@
+"""The console's pages for what the hub does beyond publishing and partners: its rules (each
+rule, its recent firings and their outcomes, which rules can trigger which, any cycle), and
+the hub itself (its background roles' health and last good round, the leadership lease,
+this replica's store)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import render_template
+
+from lucid_hub.leadership import lease_of
+from lucid_hub.queries.troubles import listing
+from lucid_hub.streams.inbox import senders
+from lucid_hub.web.admin import ui
+from lucid_hub.web.http import runtime
+from lucid_hub.web.receipts import receipts
+
+FIRINGS = 500  # the newest firings the rules page counts outcomes over
+SHOWN_FIRINGS = 50  # and lists
+GRAPHS = 50  # graphs whose receipts the inboxes page shows
+
+
+def _triggering(edges: list[tuple[str, str]], names: list[str], cycles: list[tuple[str, ...]]) -> dict[str, Any]:
+    """The triggering graph drawn as an SVG: the rules on a circle, an arrow for each edge
+    (in red when on a cycle), laid out by the server (no script)."""
+    on_cycle = {r for group in cycles for r in group}
+    n = max(len(names), 1)
+    radius = 40 if n > 1 else 0
+    spots = {name: (50 + radius * math.cos(2 * math.pi * i / n - math.pi / 2),
+                    50 + radius * math.sin(2 * math.pi * i / n - math.pi / 2)) for i, name in enumerate(names)}
+    lines = []
+    for a, b in edges:
+        (x1, y1), (x2, y2) = spots[a], spots[b]
+        lines.append({"x1": round(x1, 2), "y1": round(y1, 2), "x2": round(x2, 2), "y2": round(y2, 2),
+                      "cycle": a in on_cycle and b in on_cycle, "self": a == b, "title": f"{a} can raise {b}"})
+    nodes = [{"x": round(x, 2), "y": round(y, 2), "name": name, "label": str(i + 1), "cycle": name in on_cycle}
+             for i, (name, (x, y)) in enumerate(spots.items())]
+    return {"lines": lines, "nodes": nodes}
+
+
+@ui.get("/rules")
+def rules_page() -> Any:
+    hub = runtime()
+    registered = sorted(hub.rules.rules(), key=lambda r: r.order)
+    analysis = hub.rules.explain()
+    firings = hub.rules.history(limit=FIRINGS)
+    outcomes: dict[str, Counter[str]] = {}
+    for f in firings:
+        outcomes.setdefault(f["rule"], Counter())[f["outcome"]] += 1
+    names = [r.rule.iri for r in registered]
+    return render_template("rules.html", rules=registered, outcomes=outcomes, firings=firings[:SHOWN_FIRINGS],
+                           analysis=analysis, picture=_triggering(list(analysis.edges), names, list(analysis.cycles)),
+                           numbers={name: i + 1 for i, name in enumerate(names)})
+
+
+@ui.get("/hub")
+def hub_page() -> Any:
+    """This process's background roles, the leadership lease and this replica's store."""
+    hub = runtime()
+    now = time.time()
+    roles = [{"name": r.name, "up": r.up, "failing": r.failures_in_a_row, "restarts": r.restarts,
+              "last": datetime.fromtimestamp(r.last_success, UTC) if r.last_success else None, "every": r.every}
+             for r in hub.roles.all()]
+    lease = lease_of(hub.db)
+    leader = None if lease is None else {"holder": lease[0], "epoch": lease[1],
+                                         "expires": datetime.fromtimestamp(lease[2], UTC), "live": lease[2] >= now}
+    return render_template("hub.html", roles=roles, leader=leader, this_leads=hub.leader,
+                           lag=hub.publisher.sync.lag(), max_lag=hub.settings.ready_max_lag)
+
+
+@ui.get("/queries")
+def queries_page() -> Any:
+    """Continuous queries and windows: who holds them, over what, how they stand."""
+    return render_template("queries.html", **listing(runtime().db))
+
+
+@ui.get("/inboxes")
+def inboxes_page() -> Any:
+    """Notifications by sender per graph, and each partner's newest receipt (who applied what)."""
+    hub = runtime()
+    sent = senders(hub.db)
+    graphs = sorted({str(s["graph"]) for s in sent})
+    told = {graph: receipts(hub, graph) for graph in graphs[:GRAPHS]}
+    names = {c.client_id: c.name for c in hub.clients.list()}  # (a sender is its client's account)
+    return render_template("inboxes.html", senders=sent, receipts=told, names=names)
