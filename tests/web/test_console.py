@@ -687,7 +687,10 @@ def test_subscribers_are_listed_worst_first_a_page_at_a_time_counted_by_state_an
         session.add_all([Subscription(
             graph=G, callback=f"https://partner{n}.example/cb", account=f"p{n}", endpoint_id=f"lc-{n}",
             groups="partners", secret="s" if n % 2 else None, media_type="application/rdf-patch", state=state,
-            lease_expires_at=now + timedelta(days=1), delivered_seq=seq, attempts=0, next_attempt_at=now,
+            # (not due for a day: the hub's deliverer must not act on them, and deny them for want of an
+            # access condition, while the pages are read: the rows are what this test counts)
+            lease_expires_at=now + timedelta(days=1), delivered_seq=seq, attempts=0,
+            next_attempt_at=now + timedelta(days=1),
             last_error="", delivered_total=seq, failures_total=failures, created_at=now)
             for n, (state, seq, failures) in enumerate(rows)])
     listed = hub.runtime.hub.subscriptions(worst_first=True)
