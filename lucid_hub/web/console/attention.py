@@ -83,16 +83,14 @@ def _inboxes(hub: HubParts) -> list[Item]:
             for sender, (count, first, last) in sorted(hub.inbox.limiter.refusals(since).items())]
 
 
-def _name(hub: HubParts, endpoint_id: str) -> str:
-    client = hub.clients.get(endpoint_id)
-    return f"{client.name} ({endpoint_id})" if client is not None else endpoint_id
-
-
 def _subscribers(hub: HubParts) -> list[Item]:
     quiet = datetime.now(UTC) - QUIET
     out = []
-    for s in hub.hub.subscriptions(worst_first=True, limit=PAGE, troubled=(LAGGING, quiet)):
-        who = f"{_name(hub, s['endpoint_id'])} at {s['callback']}"
+    troubled = hub.hub.subscriptions(worst_first=True, limit=PAGE, troubled=(LAGGING, quiet))
+    names = {c.client_id: c.name for c in hub.clients.list()} if troubled else {}  # (one read, not one a row)
+    for s in troubled:
+        name = names.get(s["endpoint_id"])
+        who = f"{name + ' (' + s['endpoint_id'] + ')' if name else s['endpoint_id']} at {s['callback']}"
         link = f"subscriptions?graph={quote(s['graph'], safe='')}"
         since = _when(s["last_success_at"] or s["created_at"])
         if s["state"] == "failed":
