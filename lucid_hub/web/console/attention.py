@@ -87,7 +87,7 @@ def _subscribers(hub: HubParts) -> list[Item]:
     quiet = datetime.now(UTC) - QUIET
     out = []
     troubled = hub.hub.subscriptions(worst_first=True, limit=PAGE, troubled=(LAGGING, quiet))
-    names = {c.client_id: c.name for c in hub.clients.list()} if troubled else {}  # (one read, not one a row)
+    names = hub.clients.names() if troubled else {}  # (one read, not one a row)
     for s in troubled:
         name = names.get(s["endpoint_id"])
         who = f"{name + ' (' + s['endpoint_id'] + ')' if name else s['endpoint_id']} at {s['callback']}"

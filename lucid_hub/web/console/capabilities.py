@@ -86,5 +86,5 @@ def inboxes_page() -> Any:
     sent = senders(hub.db)
     graphs = sorted({str(s["graph"]) for s in sent})
     told = {graph: receipts(hub, graph) for graph in graphs[:GRAPHS]}
-    names = {c.client_id: c.name for c in hub.clients.list()}  # (a sender is its client's account)
+    names = hub.clients.names()  # (a sender is its client's account)
     return render_template("inboxes.html", senders=sent, receipts=told, names=names)

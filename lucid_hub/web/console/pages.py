@@ -81,7 +81,7 @@ def graph_page() -> Any:
                            patches=patches[:PAGE], older=patches[PAGE - 1].seq if len(patches) > PAGE else None,
                            readers=readers, writers=writers, subscribers=shown,
                            total_subscribers=hub.hub.count(graph=graph), ids=",".join(str(s["id"]) for s in shown),
-                           names={c.client_id: c.name for c in hub.clients.list()})
+                           names=hub.clients.names())
 
 
 @ui.get("/patch")

@@ -21,7 +21,7 @@ from lucid_hub.web.http import runtime
 
 def client_names() -> dict[str, str]:
     """Each client's name by its id: subscribers are shown by name first."""
-    return {c.client_id: c.name for c in runtime().clients.list()}
+    return runtime().clients.names()
 
 
 @ui.get("/subscriptions")
