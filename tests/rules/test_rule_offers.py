@@ -297,3 +297,51 @@ def test_admins_decide_in_the_console_and_from_the_command_line(pair, run_cli, t
     withdrawn = run_cli("rules", "withdraw", offer_id, "--hub", acme.url, "--token", acme_token)
     assert withdrawn.code == 0 and withdrawn.out.strip() == f"offer urn:uuid:{offer_id}: withdrawn", withdrawn.err
     assert globex.http.get(f"{globex.url}/rules", timeout=30).json()["rules"] == []
+
+
+def test_a_third_party_ldn_sender_finds_the_inbox_and_offers_and_a_flooder_holds_up_no_other_party(
+        pair, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """py-ldnlib (PyPI) discovers the offers inbox from the rules' Link header and delivers a
+    signed Offer as written. One party past its limit of waiting offers (429) does not stop
+    another party's offer."""
+    from ldnlib import Sender
+
+    from lucid_hub.rules import offering
+
+    acme, globex, client = pair
+    key = acme.runtime.publisher.commits.key
+
+    def token_of(client_id: str, secret: str) -> str:
+        return str(requests.post(f"{globex.url}/oauth/token", auth=(client_id, secret), timeout=30,
+                                 data={"grant_type": "client_credentials", "scope": "graphs:read graphs:write"}
+                                 ).json()["access_token"])
+
+    def offer_text(n: int) -> str:
+        return json.dumps({"@context": ["https://www.w3.org/ns/activitystreams"],
+                           "id": f"urn:uuid:00000000-0000-4000-8000-0000000000{n:02d}", "type": "Offer",
+                           "actor": acme.url, "object": {"type": "lh:RuleSet", "lh:ruleText": SHIPPED},
+                           "lh:summaries": []})
+
+    flooder = token_of(client["client_id"], client["client_secret"])
+    sender = Sender(allow_localhost=True)
+    inbox = sender.discover(f"{globex.url}/rules", headers={"Authorization": f"Bearer {flooder}"})
+    assert inbox == f"{globex.url}/rules/offers"
+    monkeypatch.setattr(offering, "MAX_PENDING", 2)
+    for n in range(2):
+        text = offer_text(n)
+        sender.send(inbox, text, headers={"Authorization": f"Bearer {flooder}",
+                                          "X-Lucid-Signature": sign_text(text.encode(), key)})
+    assert len(offers(globex)) == 2  # both taken as py-ldnlib sent them (it raises on a refusal)
+    over = offer_text(2)
+    refused = requests.post(inbox, data=over, timeout=30, headers={
+        "Authorization": f"Bearer {flooder}", "Content-Type": "application/ld+json",
+        "X-Lucid-Signature": sign_text(over.encode(), key)})
+    assert refused.status_code == 429
+    # another party of acme's (another client, the same hub) is not held up by the first one's flood
+    record, secret = globex.runtime.clients.create(
+        "acme's planning", groups=["partner-acme"], scopes=["graphs:read", "graphs:write"],
+        callback_prefixes=[f"{acme.url}/planning/"])
+    other = offer_text(3)
+    sender.send(inbox, other, headers={"Authorization": f"Bearer {token_of(record.client_id, secret)}",
+                                       "X-Lucid-Signature": sign_text(other.encode(), key)})
+    assert len(offers(globex)) == 3
