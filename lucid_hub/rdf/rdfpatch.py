@@ -257,11 +257,6 @@ def header_lines(raw: bytes, name: str) -> list[str]:
             for number, line in enumerate(head.split("\n"), start=1) if line.startswith(prefix)]
 
 
-def metadata_of(raw: bytes) -> meta.Metadata:
-    """The metadata a stored patch carries (format 3), from its headers alone."""
-    return tuple(meta.from_header_text(text) for text in header_lines(raw, "meta"))
-
-
 def header_line(line: str, number: int) -> tuple[str, ox.NamedNode | ox.Literal]:
     """One `H name term .` line: (name, term); PatchFormatError when malformed."""
     match = _HEADER.fullmatch(line.rstrip())

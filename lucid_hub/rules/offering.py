@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Lucid-Signature"
 SCOPE = "graphs:read graphs:write"  # what our client at the partner asks for (rules need write)
 TIMEOUT = 10
+ASK_TIMEOUT = 3  # how long a listing waits for each partner's word on an offer (a page load waits for it)
 MAX_PENDING = 20  # a party's offers waiting for a decision at once
 
 
@@ -112,7 +113,7 @@ class RuleOffers:
                 http = self._http()
                 token = client_credentials_token(row.peer, row.client_id, row.client_secret, SCOPE, http=http)
                 answer = http.get(row.location, headers={"Authorization": f"Bearer {token}",
-                                                         "Accept": "application/json"}, timeout=TIMEOUT)
+                                                         "Accept": "application/json"}, timeout=ASK_TIMEOUT)
                 state = answer.json() if answer.status_code == 200 else None
             except (RemoteError, requests.RequestException, ValueError) as exc:
                 log.info("offer %s: the partner at %s did not say how it stands: %s", row.id, row.peer, exc)

@@ -28,9 +28,9 @@ from lucid_hub.archive import Archive
 from lucid_hub.errors import NotFoundError
 from lucid_hub.rdf.apply import GraphReplica
 from lucid_hub.rdf.canon import Canonicalizer
-from lucid_hub.rdf.metadata import Metadata
+from lucid_hub.rdf.metadata import Metadata, from_header_text
 from lucid_hub.rdf.patch import format_created, parse_created
-from lucid_hub.rdf.rdfpatch import header_line, metadata_of, read_rdf_patch
+from lucid_hub.rdf.rdfpatch import header_line, read_rdf_patch
 
 READ_BATCH = 200
 MSG_ENTITY = "urn:lucid-hub:msg:"
@@ -94,9 +94,8 @@ class GraphStream:
                 raise ValueError(f"stream of <{self.graph}> at {self.seq} cannot take patch {seq}")
             ground = ground_patch(body, self.graph)
             if ground is not None:
-                prev, author, message, when, removed, added = ground
+                prev, author, message, when, removed, added, metadata = ground
                 change = self.replica.apply_ground(patch_id, prev, removed, added)
-                metadata = metadata_of(body)
             else:
                 patch = read_rdf_patch(body, self.canonicalizer)
                 change = self.replica.apply(patch)
@@ -127,8 +126,9 @@ class GraphStream:
             self.seq, self.last_id = seq, patch_id
 
 
-def ground_patch(body: bytes, graph: str) -> tuple[str | None, str, str, datetime, list[str], list[str]] | None:
-    """(prev, author, message, created, removed, added) of an archived patch whose rows are
+def ground_patch(body: bytes, graph: str) -> tuple[str | None, str, str, datetime, list[str], list[str],
+                                                   Metadata] | None:
+    """(prev, author, message, created, removed, added, metadata) of an archived patch whose rows are
     all ground statements of `graph`; None for any other (it takes the full reader). The
     archive is the hub's record of truth, verified when it was written: its rows are the
     canonical statements, so a row is its statement followed by the graph and " ." — sliced,
@@ -136,6 +136,7 @@ def ground_patch(body: bytes, graph: str) -> tuple[str | None, str, str, datetim
     if b"_:" in body:
         return None
     headers: dict[str, str] = {}
+    metas: list[str] = []
     rows: dict[str, list[str]] = {"D": [], "A": []}
     suffix = f" <{graph}> ."
     for number, line in enumerate(body.decode("utf-8").split("\n"), start=1):
@@ -145,13 +146,15 @@ def ground_patch(body: bytes, graph: str) -> tuple[str | None, str, str, datetim
             rows[line[0]].append(line[2:-len(suffix)])
         elif line.startswith("H "):
             name, term = header_line(line, number)
+            if name == "meta":
+                metas.append(term.value)
             headers[name] = term.value
         elif line not in ("TX .", "TC .", ""):
             return None
     if headers.get("format") not in ("2", "3") or not {"author", "message", "created"} <= headers.keys():
         return None
     return (headers.get("prev"), headers["author"], headers["message"], parse_created(headers["created"]),
-            rows["D"], rows["A"])
+            rows["D"], rows["A"], tuple(from_header_text(text) for text in metas))
 
 
 def made_by(stream: GraphStream, seq: int) -> list[Member]:

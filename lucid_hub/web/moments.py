@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from markupsafe import Markup
 
 
-def _aware(value: datetime | str) -> datetime:
+def aware(value: datetime | str) -> datetime:
+    """A moment as stored or sent (a datetime, naive from SQLite, or ISO text) with its zone."""
     moment = datetime.fromisoformat(value) if isinstance(value, str) else value
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)  # (the database keeps UTC)
 
@@ -31,7 +32,7 @@ def moment(value: datetime | str | None, now: datetime | None = None) -> Markup:
     """The Jinja filter `moment`: a `<time>` element, relative, the exact UTC time as its title."""
     if value is None or value == "":
         return Markup("—")
-    when = _aware(value).astimezone(UTC)
+    when = aware(value).astimezone(UTC)
     exact = when.strftime("%Y-%m-%d %H:%M:%S UTC")
     text = relative(when, now or datetime.now(UTC))
     return Markup('<time datetime="{}" title="{}">{}</time>').format(when.isoformat(), exact, text)  # (escaped)

@@ -15,6 +15,7 @@ from lucid_hub.errors import LogUnavailableError
 from lucid_hub.leadership import lease_of
 from lucid_hub.queries.troubles import troubles
 from lucid_hub.web.console.figures import KEY_AGE_DAYS, LAGGING, PAGE, RULE_FIRINGS, key_age_days
+from lucid_hub.web.moments import aware
 from lucid_hub.web.parts import HubParts
 
 QUIET = timedelta(minutes=10)  # a subscription behind with no success for this long needs attention
@@ -31,9 +32,7 @@ class Item:
 
 
 def _when(value: str | datetime | None) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(value)
+    return aware(value) if value else None
 
 
 def attention(hub: HubParts) -> list[Item]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from lucid_hub.errors import NotFoundError
 from lucid_hub.web.http import runtime
-from lucid_hub.web.moments import relative
+from lucid_hub.web.moments import aware, relative
 
 PAGE = 50  # patches or graphs a page
 
@@ -162,7 +162,7 @@ def _ago(when: str | None, at: datetime) -> str:
     """A moment in a live figure (text only): how long ago, with the UTC time of day."""
     if not when:
         return "never"
-    moment = datetime.fromisoformat(when).astimezone(UTC)
+    moment = aware(when).astimezone(UTC)
     return f"{relative(moment, at)} ({moment:%H:%M:%S} UTC)"
 
 
