@@ -51,7 +51,9 @@ def _seed(hub: Runtime, patches: int, subscriptions: int) -> list[str]:
             graph=GRAPH, callback=f"https://partner{n}.example/callback/{n}", account=f"partner-{n}",
             endpoint_id=f"lc-{n}", groups="partners", secret=None, media_type="application/rdf-patch",
             state="failed" if n % 50 == 0 else "active", lease_expires_at=now + timedelta(days=10),
-            delivered_seq=patches - (n % 200), attempts=0, next_attempt_at=now, last_success_at=now,
+            # (not due: the hub's deliverer would try the made-up callbacks while the pages are timed)
+            delivered_seq=patches - (n % 200), attempts=0, next_attempt_at=now + timedelta(days=10),
+            last_success_at=now,
             last_error="HTTP 503" if n % 50 == 0 else "", delivered_total=patches, failures_total=n % 7,
             created_at=now) for n in range(subscriptions)])
     return ids
