@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -63,6 +64,7 @@ class RuleOffers:
         self.rules = rules
         self.key = key
         self.policy = policy
+        self.asked: float | None = None  # when the partners were last asked (time.time())
         rules.foreign = self.book.foreign  # every rule-set change is analysed with the partners' rules
 
     def _http(self) -> requests.Session:
@@ -105,9 +107,13 @@ class RuleOffers:
                    undo_activity(offer_id, self.settings.public_url, row.peer))
         return describe(self.book.decide(offer_id, "withdrawn", by))
 
-    def refresh(self) -> None:
+    def refresh(self, every: float = 0.0) -> None:
         """Ask each partner how our open offers stand (accepted, rejected), and for the
-        summaries of its rules; a partner that does not answer keeps the last known state."""
+        summaries of its rules; a partner that does not answer keeps the last known state.
+        Not again within `every` seconds of the last asking (a page reloaded, or followed live)."""
+        if self.asked is not None and time.time() - self.asked < every:
+            return
+        self.asked = time.time()
         for row in self.book.all("out", OPEN):
             try:
                 http = self._http()

@@ -8,15 +8,17 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import render_template
+from flask import Response, render_template, request
 
 from lucid_hub.leadership import lease_of
 from lucid_hub.queries.troubles import listing
 from lucid_hub.streams.inbox import senders
 from lucid_hub.web.admin import ui
+from lucid_hub.web.console.live import _changes, version
 from lucid_hub.web.http import runtime
 from lucid_hub.web.receipts import receipts
 
@@ -43,48 +45,94 @@ def _triggering(edges: list[tuple[str, str]], names: list[str], cycles: list[tup
     return {"lines": lines, "nodes": nodes}
 
 
-@ui.get("/rules")
-def rules_page() -> Any:
+def _rules() -> dict[str, Any]:
     hub = runtime()
     registered = sorted(hub.rules.rules(), key=lambda r: r.order)
-    analysis = hub.rules.explain()
     firings = hub.rules.history(limit=FIRINGS)
     outcomes: dict[str, Counter[str]] = {}
     for f in firings:
         outcomes.setdefault(f["rule"], Counter())[f["outcome"]] += 1
-    names = [r.rule.iri for r in registered]
-    return render_template("rules.html", rules=registered, outcomes=outcomes, firings=firings[:SHOWN_FIRINGS],
-                           analysis=analysis, picture=_triggering(list(analysis.edges), names, list(analysis.cycles)),
+    return {"rules": registered, "outcomes": outcomes, "firings": firings[:SHOWN_FIRINGS]}
+
+
+def _rules_signature(state: dict[str, Any]) -> object:
+    return ([(r.rule.iri, r.text, r.owner.account) for r in state["rules"]], state["firings"],
+            sorted((rule, sorted(counts.items())) for rule, counts in state["outcomes"].items()))
+
+
+@ui.get("/rules")
+def rules_page() -> Any:
+    hub, state = runtime(), _rules()
+    analysis = hub.rules.explain()
+    names = [r.rule.iri for r in state["rules"]]
+    return render_template("rules.html", **state, analysis=analysis, version=version(_rules_signature(state)),
+                           picture=_triggering(list(analysis.edges), names, list(analysis.cycles)),
                            numbers={name: i + 1 for i, name in enumerate(names)})
 
 
-@ui.get("/hub")
-def hub_page() -> Any:
-    """This process's background roles, the leadership lease and this replica's store."""
+def _hub() -> dict[str, Any]:
     hub = runtime()
-    now = time.time()
     roles = [{"name": r.name, "up": r.up, "failing": r.failures_in_a_row, "restarts": r.restarts,
               "last": datetime.fromtimestamp(r.last_success, UTC) if r.last_success else None, "every": r.every}
              for r in hub.roles.all()]
     lease = lease_of(hub.db)
     leader = None if lease is None else {"holder": lease[0], "epoch": lease[1],
-                                         "expires": datetime.fromtimestamp(lease[2], UTC), "live": lease[2] >= now}
-    return render_template("hub.html", roles=roles, leader=leader, this_leads=hub.leader,
-                           lag=hub.publisher.sync.lag(), max_lag=hub.settings.ready_max_lag)
+                                         "expires": datetime.fromtimestamp(lease[2], UTC),
+                                         "live": lease[2] >= time.time()}
+    return {"roles": roles, "leader": leader, "this_leads": hub.leader, "lag": hub.publisher.sync.lag(),
+            "max_lag": hub.settings.ready_max_lag}
+
+
+def _hub_signature(state: dict[str, Any]) -> object:
+    """What changes the page: a role stopping, failing or recovering, the lease changing hands or
+    running out, the store's lag. (A healthy role's last round and the lease's expiry move
+    every few seconds; they are shown, but do not make the page fetched again.)"""
+    leader = state["leader"]
+    roles = [(r["name"], r["up"], r["failing"], r["restarts"]) for r in state["roles"]]
+    return (roles, leader and (leader["holder"], leader["epoch"], leader["live"]), state["this_leads"],
+            state["lag"])
+
+
+@ui.get("/hub")
+def hub_page() -> Any:
+    """This process's background roles, the leadership lease and this replica's store."""
+    state = _hub()
+    return render_template("hub.html", **state, version=version(_hub_signature(state)))
 
 
 @ui.get("/queries")
 def queries_page() -> Any:
     """Continuous queries and windows: who holds them, over what, how they stand."""
-    return render_template("queries.html", **listing(runtime().db))
+    state = listing(runtime().db)
+    return render_template("queries.html", **state, version=version(state))
+
+
+def _inboxes() -> dict[str, Any]:
+    hub = runtime()
+    sent = senders(hub.db)
+    graphs = sorted({str(s["graph"]) for s in sent})
+    return {"senders": sent, "receipts": {graph: receipts(hub, graph) for graph in graphs[:GRAPHS]}}
 
 
 @ui.get("/inboxes")
 def inboxes_page() -> Any:
     """Notifications by sender per graph, and each partner's newest receipt (who applied what)."""
-    hub = runtime()
-    sent = senders(hub.db)
-    graphs = sorted({str(s["graph"]) for s in sent})
-    told = {graph: receipts(hub, graph) for graph in graphs[:GRAPHS]}
-    names = hub.clients.names()  # (a sender is its client's account)
-    return render_template("inboxes.html", senders=sent, receipts=told, names=names)
+    state = _inboxes()
+    names = runtime().clients.names()  # (a sender is its client's account)
+    return render_template("inboxes.html", **state, names=names, version=version(state))
+
+
+# What each page's live stream watches: the data it shows (docs/console.md, "Live updates").
+SIGNATURES: dict[str, Callable[[], object]] = {
+    "rules": lambda: _rules_signature(_rules()),
+    "hub": lambda: _hub_signature(_hub()),
+    "queries": lambda: listing(runtime().db),
+    "inboxes": _inboxes,
+}
+
+
+@ui.get("/<any(rules, hub, queries, inboxes):page>/events")
+def page_events(page: str) -> Response:
+    """The page's changes as they happen (`shown`: the version it was rendered at)."""
+    shown = request.args.get("shown", "")[:64]
+    return _changes(SIGNATURES[page], shown)

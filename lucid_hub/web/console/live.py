@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -57,10 +58,51 @@ def _live(update: Callable[[], tuple[dict[str, Any], dict[str, Chart]]]) -> Resp
     """A page's moving figures as Server-Sent Events: an `update` after every change of the
     archive (at most one a second) and every LIVE_IDLE seconds while nothing changes. The page
     rendered the figures just now, so the first update comes with the first change or pause.
-    Each event is {"figures": {name: text}, "charts": {name: bars}} (admin.js applies it).
-    A comment goes out every HEARTBEAT seconds in between: a page closed is noticed at the next
-    writes, and its thread freed. With every slot taken for LIVE_WAIT seconds the answer is 503
-    (the page stays as rendered)."""
+    Each event is {"figures": {name: text}, "charts": {name: bars}} (admin.js applies it)."""
+
+    def event() -> bytes:
+        figures, charts = update()
+        data = {"figures": figures, "charts": {name: chart.update() for name, chart in charts.items()}}
+        return f"event: figures\ndata: {json.dumps(data)}\n\n".encode()
+
+    return _stream(event, LIVE_IDLE, LIVE_EVERY)
+
+
+def version(signature: object) -> str:
+    """A short digest of what a page shows (its `signature`: data, never rendered text, so a
+    clock moving on changes nothing)."""
+    return hashlib.sha256(repr(signature).encode()).hexdigest()[:16]
+
+
+def _changes(signature: Callable[[], object], shown: str) -> Response:
+    """A page's changes as Server-Sent Events, for a page whose rows come and go (queries, rules,
+    inboxes, the hub's roles): a "changed" event whenever the `signature` of what it shows
+    differs from the version the page was rendered at (`shown`) or last told of; admin.js then
+    fetches the page again and puts its live parts in place. The signature is taken every
+    HEARTBEAT seconds (what moves without a patch, such as a role failing or a notification
+    arriving, is seen within one) and at every change of the archive; a page is told at most
+    once every HEARTBEAT seconds, so it is fetched again at most twice a second however busy
+    the hub is, and a change is told at most HEARTBEAT seconds (and the signature's time) after
+    it happened."""
+    last = shown
+
+    def event() -> bytes | None:
+        nonlocal last
+        now = version(signature())
+        if now == last:
+            return None
+        last = now
+        return f"event: changed\ndata: {json.dumps({'version': now})}\n\n".encode()
+
+    return _stream(event, HEARTBEAT, HEARTBEAT)
+
+
+def _stream(event: Callable[[], bytes | None], idle: float, pace: float) -> Response:
+    """The stream of a console page: `event` after every change of the archive (at most one
+    every `pace` seconds) and every `idle` seconds while nothing changes (None: nothing to
+    say). A comment goes out every HEARTBEAT seconds in between: a page closed is noticed at
+    the next writes, and its thread freed. With every slot taken for LIVE_WAIT seconds the
+    answer is 503 (the page stays as rendered)."""
     stream = runtime().stream
     slots = None if push.on_loop() else _live_slots()  # (on the event loop a stream holds no thread)
     if slots is not None and not slots.acquire(timeout=LIVE_WAIT):
@@ -74,17 +116,16 @@ def _live(update: Callable[[], tuple[dict[str, Any], dict[str, Chart]]]) -> Resp
         if stream.ended:
             return [], True
         now = stream.generation()
-        if now == generation and time.monotonic() - last < LIVE_IDLE:
+        if now == generation and time.monotonic() - last < idle:
             return [], False
         generation, last = now, time.monotonic()
-        figures, charts = update()
-        data = {"figures": figures, "charts": {name: chart.update() for name, chart in charts.items()}}
-        return [f"event: figures\ndata: {json.dumps(data)}\n\n".encode()], False
+        said = event()
+        return ([said] if said is not None else []), False
 
     # (a comment: the browser knows the stream is open; another every HEARTBEAT seconds: a page
     # closed is noticed at the next writes)
     channel = push.Channel(b"retry: 2000\n\n: open\n\n", poll, stream, keepalive=HEARTBEAT,
-                           keepalive_line=b": -\n\n", pace=LIVE_EVERY, lifetime=LIVE_SECONDS, in_app=True)
+                           keepalive_line=b": -\n\n", pace=pace, lifetime=LIVE_SECONDS, in_app=True)
     if slots is not None:
         channel.on_close.append(slots.release)  # (the server closes every answer, begun or not: no slot is lost)
     return push.answer(channel)

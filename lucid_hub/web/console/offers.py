@@ -3,13 +3,15 @@ partners' offers to accept or reject, and this hub's own, to withdraw."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from flask import redirect, render_template, request, session, url_for
+from flask import Response, redirect, render_template, request, session, url_for
 
 from lucid_hub.errors import LucidError
 from lucid_hub.rules.offering import RuleOffers
 from lucid_hub.web.admin import ui
+from lucid_hub.web.console.live import _changes, version
 from lucid_hub.web.http import runtime
 
 
@@ -19,14 +21,24 @@ def _offers() -> RuleOffers:
     return offers
 
 
+ASK_EVERY = 60.0  # seconds between two askings of the partners how this hub's offers stand
+
+
 @ui.get("/rule-offers")
 def rule_offers_page() -> Any:
     offers = _offers()
-    offers.refresh()  # (how our offers stand, asked of the partners)
+    offers.refresh(every=ASK_EVERY)  # (how our offers stand, asked of the partners at most once a minute)
     every = offers.all()
+    asked = datetime.fromtimestamp(offers.asked, UTC) if offers.asked is not None else None
     return render_template("rule_offers.html", incoming=[o for o in every if o["direction"] == "in"],
-                           outgoing=[o for o in every if o["direction"] == "out"],
-                           message=request.args.get("message"))
+                           outgoing=[o for o in every if o["direction"] == "out"], asked=asked,
+                           message=request.args.get("message"), version=version(every))
+
+
+@ui.get("/rule-offers/events")
+def rule_offers_events() -> Response:
+    """The page's changes: an offer received, decided or withdrawn (partners are not asked)."""
+    return _changes(lambda: _offers().all(), request.args.get("shown", "")[:64])
 
 
 PAST = {"accept": "accepted", "reject": "rejected", "withdraw": "withdrawn"}

@@ -16,6 +16,20 @@ document.addEventListener("submit", (event) => {
 // height], …]}}}: the text of each element inside the area named by data-figure is set (text
 // only, never markup; data-bad-if / data-bad-unless name the value that marks it bad), and the
 // bars of each svg[data-chart] are redrawn. The browser's EventSource reconnects by itself.
+// Every stream a page follows is closed when the page is left (pagehide), also when the browser
+// keeps the page for its back button: a browser allows six connections to a host, and streams of
+// pages no longer shown would take them all. A page shown again from that cache is reloaded.
+const streams = [];
+
+function follow(url) {
+  const source = new EventSource(url);
+  streams.push(source);
+  return source;
+}
+
+window.addEventListener("pagehide", () => { for (const source of streams) { source.close(); } });
+window.addEventListener("pageshow", (event) => { if (event.persisted && streams.length) { window.location.reload(); } });
+
 function applyFigures(area, figures) {
   for (const element of area.querySelectorAll("[data-figure]")) {
     const name = element.dataset.figure;
@@ -45,7 +59,7 @@ function applyCharts(area, charts) {
 document.addEventListener("DOMContentLoaded", () => {
   for (const area of document.querySelectorAll("[data-live]")) {
     const state = area.querySelector("[data-live-state]");
-    const source = new EventSource(area.dataset.live);
+    const source = follow(area.dataset.live);
     source.addEventListener("open", () => { if (state) { state.textContent = "live"; } });
     source.addEventListener("figures", (event) => {
       const update = JSON.parse(event.data);
@@ -62,9 +76,10 @@ document.addEventListener("DOMContentLoaded", () => {
 });
 
 // Phones: each table row is shown as a card of "header: value" lines (admin.css), so no column
-// hides behind a horizontal scroll; the labels are the table's own headers, set here once.
-document.addEventListener("DOMContentLoaded", () => {
-  for (const table of document.querySelectorAll(".table-scroll table")) {
+// hides behind a horizontal scroll; the labels are the table's own headers, set here (at load,
+// and again for the parts a live page puts in place).
+function asCards(root) {
+  for (const table of root.querySelectorAll(".table-scroll table")) {
     const headers = Array.from(table.querySelectorAll("thead th"), (th) => th.textContent.trim());
     for (const row of table.querySelectorAll("tbody tr")) {
       Array.from(row.children).forEach((cell, index) => {
@@ -74,5 +89,54 @@ document.addEventListener("DOMContentLoaded", () => {
       });
     }
     table.classList.add("cards");
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => { asCards(document); });
+
+// Live pages: an element with data-live-page="URL" follows that stream's "changed" events; at
+// each, the page is fetched again (as the admin's browser would reload it) and each of its
+// [data-live-part] elements is put in place of the one with the same id. The new parts come
+// from the hub's own server-rendered page, parsed by DOMParser (which runs no script). Open
+// <details> stay open; while the admin types in a field of a part, the update waits for the
+// field to be left.
+async function refreshParts(area, state) {
+  const typing = document.activeElement;
+  const parts = Array.from(area.querySelectorAll("[data-live-part][id]"));
+  if (typing && typing.matches("input, textarea, select") && parts.some((part) => part.contains(typing))) {
+    typing.addEventListener("blur", () => { refreshParts(area, state); }, { once: true });
+    return;
+  }
+  const answer = await fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  if (!answer.ok) {
+    if (state) { state.textContent = `not updated: the page answered ${answer.status}`; }
+    return;
+  }
+  const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
+  for (const part of parts) {
+    const next = fresh.getElementById(part.id);
+    if (next === null) { continue; }
+    const open = Array.from(part.querySelectorAll("details"), (d) => d.open);
+    part.replaceChildren(...Array.from(next.childNodes).map((node) => document.adoptNode(node)));  // (a copy first: adopting empties the list)
+    part.querySelectorAll("details").forEach((d, i) => { if (open[i]) { d.open = true; } });
+    asCards(part);
+  }
+  if (state) { state.textContent = "live"; }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  for (const area of document.querySelectorAll("[data-live-page]")) {
+    const state = area.querySelector("[data-live-state]");
+    const source = follow(area.dataset.livePage);
+    source.addEventListener("open", () => { if (state) { state.textContent = "live"; } });
+    source.addEventListener("changed", () => {
+      if (state) { state.textContent = "updating"; }
+      refreshParts(area, state).catch(() => { if (state) { state.textContent = "not updated: reload the page"; } });
+    });
+    source.addEventListener("error", () => {
+      if (state) {
+        state.textContent = source.readyState === EventSource.CLOSED ? "not live: reload later" : "reconnecting";
+      }
+    });
   }
 });
