@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -330,6 +331,14 @@ def test_the_overview_figures_move_live_when_a_patch_is_published(browser: Any, 
     assert answer.status_code == 201
     WebDriverWait(browser, 15).until(lambda _b: int(day.text) == before_total + 1)  # no reload
     assert int(published.text) == before_graphs + 1
+    # the axes: the y-axis' top mark is the highest bar's count, what it counts is said, the x-axis
+    # runs from the first bar's hour to the last's (this hour)
+    figure = browser.find_element(By.CSS_SELECTOR, '[data-chart-figure="day"]')
+    highest = max(float(r.get_attribute("height")) for r in figure.find_elements(By.CSS_SELECTOR, "rect"))
+    assert highest == 40.0 and int(figure.find_element(By.CSS_SELECTOR, '[data-axis="top"]').text) >= 1
+    assert "patches an hour" in figure.text
+    hour = datetime.now(UTC).strftime("%H:00")
+    assert figure.find_element(By.CSS_SELECTOR, '[data-axis="last"]').text in (hour, (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:00"))
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 

@@ -49,25 +49,31 @@ class Chart:
     unit: str
     bars: list[Bar]
     span: str  # the first and last bars' labels
+    axis: str = ""  # what the y-axis counts: "patches an hour"
+    top: str = ""  # the y-axis' highest mark: the highest bar's count ("" while every bar is 0)
+    first: str = ""  # the x-axis' marks: the first and last bars' labels
+    last: str = ""
 
     def update(self) -> dict[str, Any]:
-        """What a live update sends for it: each bar's (title, y, height), and its label."""
-        return {"label": f"{self.caption}: {self.total} {self.unit}",
-                "bars": [[b.title, round(b.y, 2), round(b.height, 2)] for b in self.bars]}
+        """What a live update sends for it: each bar's (title, y, height), its label, its axes' marks."""
+        return {"label": f"{self.caption}: {self.total} {self.unit}", "top": self.top, "first": self.first,
+                "last": self.last, "bars": [[b.title, round(b.y, 2), round(b.height, 2)] for b in self.bars]}
 
 
-def _chart(caption: str, unit: str, bars: list[tuple[str, int, str]]) -> Chart:
-    """A chart of (label, height count, tooltip) bars, scaled to the highest."""
-    top = max((count for _label, count, _title in bars), default=0) or 1
+def _chart(caption: str, unit: str, bars: list[tuple[str, int, str]], axis: str) -> Chart:
+    """A chart of (label, height count, tooltip) bars, scaled to the highest (the y-axis' top
+    mark; `axis` says what it counts)."""
+    highest = max((count for _label, count, _title in bars), default=0)
+    top = highest or 1
     width = 100 / len(bars)
     drawn = [Bar(title, i * width, 44 - 40 * count / top, 40 * count / top)
              for i, (_label, count, title) in enumerate(bars)]
     return Chart(caption, sum(count for _label, count, _title in bars), unit, drawn,
-                 f"{bars[0][0]} to {bars[-1][0]}")
+                 f"{bars[0][0]} to {bars[-1][0]}", axis, str(highest) if highest else "", bars[0][0], bars[-1][0])
 
 
 def _patch_chart(counts: dict[datetime, int], start: datetime, step: timedelta, n: int, label: str,
-                 caption: str) -> Chart:
+                 caption: str, axis: str) -> Chart:
     """`n` bars of `step` from `start`, each the sum of the hourly patch counts inside it."""
     sums = [0] * n
     for hour, count in counts.items():
@@ -75,7 +81,7 @@ def _patch_chart(counts: dict[datetime, int], start: datetime, step: timedelta, 
         if 0 <= index < n:
             sums[index] += count
     labels = [(start + i * step).strftime(label) for i in range(n)]
-    return _chart(caption, "patches", [(text, c, f"{text}: {c}") for text, c in zip(labels, sums, strict=True)])
+    return _chart(caption, "patches", [(text, c, f"{text}: {c}") for text, c in zip(labels, sums, strict=True)], axis)
 
 
 DELIVERY_MINUTES = 60  # the minutes the deliveries chart shows
@@ -97,7 +103,7 @@ def _delivery_chart(delivery: Any, at: datetime) -> tuple[Chart, int, int]:
     recent = counts.get(current, (0, 0))[0] + counts.get(current - timedelta(minutes=1), (0, 0))[0]
     rate = round(recent * 60 / (60 + (at - current).total_seconds()))
     failed = sum(f for _d, f in counts.values())
-    return _chart("Deliveries per minute, last hour", "patches delivered", bars), rate, failed
+    return _chart("Deliveries per minute, last hour", "patches delivered", bars, "patches a minute"), rate, failed
 
 
 def key_age_days(path: Path) -> int:
@@ -124,9 +130,9 @@ def overview_figures(hub: Any, mirrors: list[dict[str, Any]] | None = None) -> t
     week = hub.archive.per_hour(week_start)
     day_start = now - timedelta(hours=24)
     charts = {"day": _patch_chart({h: c for h, c in week.items() if h >= day_start}, day_start, timedelta(hours=1),
-                                  24, "%H:00", "Patches per hour, last 24 hours (UTC)"),
+                                  24, "%H:00", "Patches per hour, last 24 hours (UTC)", "patches an hour"),
               "week": _patch_chart(week, week_start, timedelta(days=1), 7, "%a %d",
-                                   "Patches per day, last 7 days (UTC; today so far)")}
+                                   "Patches per day, last 7 days (UTC; today so far)", "patches a day")}
     charts["deliveries"], rate, failed = _delivery_chart(hub.delivery, at)
     figures = {"published": total_graphs - len(mirrors), "mirrored": len(mirrors),
                "subscriptions": _states(Counter(subscriptions)),

@@ -12,10 +12,10 @@ document.addEventListener("submit", (event) => {
 });
 
 // Live figures: an element with data-live="URL" follows that Server-Sent Events stream. Each
-// "figures" event is {"figures": {name: text}, "charts": {name: {label, bars: [[title, y,
-// height], …]}}}: the text of each element inside the area named by data-figure is set (text
+// "figures" event is {"figures": {name: text}, "charts": {name: {label, top, first, last, bars:
+// [[title, y, height], …]}}}: the text of each element inside the area named by data-figure is set (text
 // only, never markup; data-bad-if / data-bad-unless name the value that marks it bad), and the
-// bars of each svg[data-chart] are redrawn. The browser's EventSource reconnects by itself.
+// bars of each svg[data-chart] are redrawn, and the marks of its axes ([data-axis]) set. The browser's EventSource reconnects by itself.
 // Every stream a page follows is closed when the page is left (pagehide), also when the browser
 // keeps the page for its back button: a browser allows six connections to a host, and streams of
 // pages no longer shown would take them all. A page shown again from that cache is reloaded.
@@ -46,6 +46,10 @@ function applyCharts(area, charts) {
     const chart = charts[svg.dataset.chart];
     if (chart === undefined) { continue; }
     svg.setAttribute("aria-label", String(chart.label));
+    const figure = svg.closest("figure");
+    for (const mark of (figure ? figure.querySelectorAll("[data-axis]") : [])) {
+      if (chart[mark.dataset.axis] !== undefined) { mark.textContent = String(chart[mark.dataset.axis]); }
+    }
     const rects = svg.querySelectorAll("rect");
     chart.bars.forEach(([title, y, height], i) => {
       if (i >= rects.length) { return; }
