@@ -27,6 +27,7 @@ import os
 import secrets
 import socket
 import time
+from collections import deque
 from typing import Literal
 
 from sqlalchemy import case, or_, select, update
@@ -47,6 +48,11 @@ def lease_of(db: Database, name: str = "hub") -> tuple[str, int, float] | None:
     return (str(row.holder), int(row.epoch), float(row.expires_at)) if row is not None else None
 
 
+HANDOVERS_KEPT = 32
+FLAPPING = 3  # handovers within FLAPPING_WINDOW seconds that make the leadership "flapping"
+FLAPPING_WINDOW = 600.0
+
+
 class Leadership:
     """One process's part in the election of the deployment's leader."""
 
@@ -58,6 +64,20 @@ class Leadership:
         self.epoch = 0  # of the lease while this process holds it
         self._valid_until = 0.0  # monotonic
         self._was_held = False
+        self.handovers: deque[tuple[float, int]] = deque(maxlen=HANDOVERS_KEPT)  # (time.time(), new epoch) seen
+
+    def flapping(self, within: float = FLAPPING_WINDOW) -> list[tuple[float, int]]:
+        """The handovers of the lease this process saw in the last `within` seconds when they
+        are FLAPPING or more (the leader lost and taken again and again: a database too slow
+        for the lease, two processes fighting over it); else none."""
+        recent = [h for h in self.handovers if h[0] >= time.time() - within]
+        return recent if len(recent) >= FLAPPING else []
+
+    def _saw(self, epoch: int) -> None:
+        if not self.handovers:  # the first look: the epoch as it was, at no known time (in no window)
+            self.handovers.append((0.0, epoch))
+        elif self.handovers[-1][1] != epoch:
+            self.handovers.append((time.time(), epoch))
 
     @property
     def held(self) -> bool:
@@ -79,6 +99,7 @@ class Leadership:
                                                      expires_at=now + self.seconds)
                 session.execute(first.on_conflict_do_nothing())
             row = session.execute(select(Lease.holder, Lease.epoch).where(Lease.name == self.name)).one()
+        self._saw(int(row.epoch))
         if row.holder != self.holder:
             self._valid_until = 0.0
             return False

@@ -124,3 +124,34 @@ def test_a_database_that_does_not_answer_pauses_the_relay_but_does_not_end_the_l
         assert a.renew(take=False) == "lost"
     finally:
         db.dispose()
+
+
+def test_a_lease_changing_hands_again_and_again_is_flapping_and_the_overview_says_so(tmp_path: Path) -> None:
+    """Each process notes the handovers it sees (a new epoch at its look); three within ten
+    minutes are "flapping", named on the overview with the epochs. Two handovers are not."""
+    from lucid_hub.web.console.attention import attention
+    from tests.conftest import running_hub
+    from tests.mirror.test_mirror import DEV
+
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}", DEV) as hub:
+        lead = hub.runtime.leadership
+        assert lead is not None and lead.held and lead.flapping() == []
+        other = Leadership(hub.runtime.db, 30, holder="a process fighting over it")
+        first = lead.epoch
+
+        def hand_over_and_back() -> None:
+            lead.release()
+            assert other.acquire()
+            other.release()
+            assert lead.acquire()
+
+        hand_over_and_back()
+        hand_over_and_back()
+        assert len(lead.handovers) == 3 and lead.flapping() == []  # (its first look, then two new epochs)
+        assert not [i for i in attention(hub.runtime) if i.what == "Leadership flapping"]
+        hand_over_and_back()
+        flaps = lead.flapping()
+        assert [epoch for _at, epoch in flaps] == [first + 2, first + 4, first + 6], flaps  # (the epochs lead saw)
+        (item,) = [i for i in attention(hub.runtime) if i.what == "Leadership flapping"]
+        assert "changed hands 3 times in 10 minutes" in item.detail and f"epoch {first + 2} to {first + 6}" in item.detail
+        assert item.link == "hub" and item.since is not None

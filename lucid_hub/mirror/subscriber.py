@@ -28,10 +28,12 @@ from typing import Any
 from lucid_hub.archive import Archive
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
-from lucid_hub.errors import InputError, PatchVerificationError
+from lucid_hub.errors import InputError, LucidError, PatchVerificationError
 from lucid_hub.metrics import Metrics
 from lucid_hub.mirror.catchup import Archiver, CatchUp
 from lucid_hub.mirror.intent import Subscriptions, publisher_client
+from lucid_hub.mirror.lags import EVERY as LAG_EVERY
+from lucid_hub.mirror.lags import Lags
 from lucid_hub.mirror.receipts import Receipts
 from lucid_hub.mirror.registry import MirroredGraphs, _http
 from lucid_hub.mirror.rounds import Rounds
@@ -61,6 +63,7 @@ class MirrorService:
         self._stop = threading.Event()
         http = self.http = _http(AddressPolicy.of(settings))
         self.rows = MirrorRows(db)
+        self.lags = Lags()
         receipts = Receipts(settings.public_url, settings.mirror_receipts)
         self.catchup = CatchUp(settings, self.rows, archive, publisher, canonicalizer, http, self._stop)
         self.subscriptions = Subscriptions(settings, self.rows, http, mirrored, receipts, self.catchup.forget)
@@ -71,6 +74,7 @@ class MirrorService:
     def start(self, roles: Supervisor) -> None:
         """Keep the mirrors: the role `mirrors` starts each mirror's rounds."""
         self.rounds.start(roles)
+        roles.add("mirror-lag", self.ask_lags, every=LAG_EVERY)
 
     def stop(self) -> None:
         """After the role stopped: rounds in flight end at their next page or chunk of one."""
@@ -161,7 +165,20 @@ class MirrorService:
             row.graph, self.catchup.head(row.graph), self.catchup.budget())
         first = next(pages, {})
         patches = first.get("patches")
-        return (len(patches) if isinstance(patches, list) else 0), bool(first.get("next"))
+        lag = self.lags.record(mirror_id, len(patches) if isinstance(patches, list) else 0, bool(first.get("next")))
+        return lag.patches, lag.more
+
+    def ask_lags(self) -> None:
+        """Ask each active mirror's publisher how far behind it is (the role `mirror-lag`); a
+        publisher that does not answer leaves the last word (its failing rounds say why)."""
+        for mirror_id, state, _renew_at, _jwks in self.rows.for_rounds():
+            if state != "active":
+                self.lags.forget(mirror_id)
+                continue
+            try:
+                self.publisher_lag(mirror_id)
+            except LucidError as exc:
+                log.info("mirror %s: its publisher did not say how far behind it is: %s", mirror_id, exc)
 
     def reclone(self, mirror_id: str) -> int:
         """Drop the mirror's copy and clone the graph again from the publisher's archive (each

@@ -11,6 +11,7 @@ from lucid_hub.auth.admins import AdminAccounts
 from lucid_hub.config import Settings
 from lucid_hub.db.session import Database
 from lucid_hub.delivery.deliverer import Deliverer
+from lucid_hub.leadership import Leadership
 from lucid_hub.log import PatchLog
 from lucid_hub.metrics import Metrics
 from lucid_hub.mirror import MirrorRegistry, MirrorService
@@ -62,6 +63,7 @@ class HubParts(Protocol):
     remotes: list[RemoteSync]
     capture: Capture | None
     rule_offers: RuleOffers | None
+    leadership: Leadership | None
     leader: bool
 
     def database_answers(self) -> None:

@@ -150,3 +150,48 @@ def test_the_rules_page_and_the_hub_page_show_what_runs(tmp_path: Path) -> None:
         assert trigger[11:27] in page and "patched" in page  # the latest firings, with their outcomes
         roles = web.get(f"{hub.url}/admin/ui/hub", timeout=30).text
         assert 'data-role="' in roles and "this process leads" in roles and "patches behind the archive" in roles
+
+
+def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleared_when_it_follows(
+        tmp_path: Path) -> None:
+    """The subscriber's side: the publisher holds back deliveries (its subscription not due), so
+    the mirror falls behind; the role `mirror-lag` asks the publisher, and two askings apart
+    name the mirror on the overview; deliveries again, the next asking clears it."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from lucid_hub.db.models import Subscription
+    from lucid_hub.mirror.lags import BEHIND_FOR
+
+    with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher:
+        publish(publisher, version(0))
+        with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
+            web = signed_in(partner)
+            add_mirror(publisher, partner)
+            wait(lambda: mirror(partner)["state"] == "active" and mirror(partner)["head"] == publisher.runtime.archive.head(G))
+            service = partner.runtime.mirrors
+            service.ask_lags()
+            (mirror_id,) = [m["id"] for m in partner.runtime.mirror_registry.list()]
+            assert service.lags.of(mirror_id) is not None and service.lags.of(mirror_id).patches == 0  # type: ignore[union-attr]
+            assert "Nothing" in attention(web, partner)
+            with publisher.runtime.db.session() as session:  # the publisher stops delivering
+                session.execute(update(Subscription).values(next_attempt_at=datetime.now(UTC) + timedelta(days=1)))
+            head = publish(publisher, version(1))
+            patches, more = service.publisher_lag(mirror_id)
+            service.lags.forget(mirror_id)
+            first = service.lags.record(mirror_id, patches, more, at=1_000.0)  # (that asking, as if back then)
+            assert first.patches == 1 and not first.behind
+            assert "Mirror behind" not in attention(web, partner)  # one asking: perhaps a delivery in flight
+            service.lags.record(mirror_id, first.patches, first.more, at=1_000.0 + BEHIND_FOR / 2)
+            assert "Mirror behind" not in attention(web, partner)
+            service.ask_lags()  # now: the lag seen since back then
+            shown = attention(web, partner)
+            assert "Mirror behind its publisher" in shown and f"{G}: 1 patches after its head" in shown, shown
+            assert publisher.url in shown and "since" in shown
+            with publisher.runtime.db.session() as session:  # deliveries again
+                session.execute(update(Subscription).values(next_attempt_at=datetime.now(UTC)))
+            wait(lambda: mirror(partner)["head"] == head, timeout=60)
+            service.ask_lags()
+            assert "Mirror behind" not in attention(web, partner)
+            assert "Nothing" in attention(web, partner)

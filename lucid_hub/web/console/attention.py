@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 from lucid_hub.errors import LogUnavailableError
-from lucid_hub.leadership import lease_of
+from lucid_hub.leadership import FLAPPING_WINDOW, lease_of
 from lucid_hub.queries.troubles import troubles
 from lucid_hub.web.console.figures import KEY_AGE_DAYS, LAGGING, PAGE, RULE_FIRINGS, key_age_days
 from lucid_hub.web.moments import aware
@@ -64,6 +64,12 @@ def _health(hub: HubParts) -> list[Item]:
     lag = hub.publisher.sync.lag()
     if lag > hub.settings.ready_max_lag:
         out.append(Item("This replica is behind", f"its store is {lag} patches behind the archive", "/readyz"))
+    flaps = hub.leadership.flapping() if hub.leadership is not None else []
+    if flaps:
+        out.append(Item("Leadership flapping", f"the lease changed hands {len(flaps)} times in "
+                        f"{FLAPPING_WINDOW / 60:.0f} minutes (epoch {flaps[0][1]} to {flaps[-1][1]}): a database too "
+                        "slow for LUCID_LEADER_LEASE_SECONDS, or processes fighting over it; each handover pauses the "
+                        "relay", "hub", datetime.fromtimestamp(flaps[0][0], UTC)))
     lease = lease_of(hub.db)
     if lease is not None and lease[2] < time.time():
         holder, epoch, expires = lease
@@ -103,13 +109,26 @@ def _subscribers(hub: HubParts) -> list[Item]:
 
 
 def _mirrors(hub: HubParts) -> list[Item]:
+    """Mirrors with quarantined patches, not active, whose rounds fail, or behind their
+    publisher (as it said at the last asking: mirror/lags.py)."""
     out = []
+    stuck = hub.mirrors.stuck()
     for m in hub.mirror_registry.list():
         if m["quarantined"]:
             out.append(Item("Patches quarantined", f"{m['graph']}: {m['quarantined']} ({m['last_error']})", "mirrors"))
         if m["state"] != "active":
             reason = f": {m['last_error']}" if m.get("last_error") else ""
             out.append(Item(f"Mirror {m['state']}", f"{m['graph']} from {m['hub']}{reason}", "mirrors"))
+            continue
+        if m["graph"] in stuck:
+            out.append(Item("Mirror's upkeep failing", f"{m['graph']} from {m['hub']}: {stuck[m['graph']]}", "mirrors"))
+        lag = hub.mirrors.lags.of(m["id"])
+        if lag is not None and lag.behind and lag.since is not None:
+            count = f"{lag.patches}{' or more' if lag.more else ''}"
+            out.append(Item("Mirror behind its publisher", f"{m['graph']}: {count} patches after its head, as "
+                            f"{m['publisher']} said at {datetime.fromtimestamp(lag.asked, UTC):%H:%M:%S} UTC "
+                            "(its deliveries have not brought it up to date)", "mirrors",
+                            datetime.fromtimestamp(lag.since, UTC)))
     return out
 
 
