@@ -6,8 +6,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import func, select
 
 from lucid_hub.archive import Archive
+from lucid_hub.db.models import Outbox, PatchRecord
+from lucid_hub.db.session import Database
+from lucid_hub.db.times import aware
 from lucid_hub.log import LogRecord, PatchLog
 from lucid_hub.publish.faults import crash_point
 from lucid_hub.supervisor import Supervisor
@@ -18,6 +24,17 @@ log = logging.getLogger(__name__)
 RELAY_BATCH = 500
 # Seconds the background relay waits after a publish for more to batch with it.
 RELAY_COALESCE = 0.01
+
+
+def backlog(db: Database) -> tuple[int, datetime | None]:
+    """The outbox: how many archived patches are not in the patch log yet, and when the oldest
+    of them was archived (None: the outbox is empty). A relay that keeps up leaves it empty
+    within a round; one that stalled (no leader, the log refusing) lets it grow old."""
+    query = select(func.count(), func.min(PatchRecord.created)).select_from(Outbox).join(
+        PatchRecord, PatchRecord.id == Outbox.patch_id)
+    with db.engine.connect() as conn:
+        count, oldest = conn.execute(query).one()
+    return int(count), aware(oldest) if oldest is not None else None
 
 
 class Relay:

@@ -359,3 +359,38 @@ def test_content_is_named_by_the_version_its_statements_are_at_when_another_repl
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_stalled_relay_is_named_on_the_overview_and_cleared_when_it_moves(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """Patches archived but not relayed to the patch log for a minute (no process relays: a
+    leader died and none took over) are named with their count and since when; relayed, the
+    item goes."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from lucid_hub.db.models import PatchRecord
+    from lucid_hub.publish.relay import backlog
+    from lucid_hub.web.console.attention import attention
+
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"),
+                                              "LUCID_KAFKA_BOOTSTRAP": kafka_bootstrap,
+                                              "LUCID_KAFKA_TOPIC": f"stalled-{tmp_path.name}"}))
+    try:
+        runtime.publisher.relay.enabled = False  # this process follows; no leader relays
+        patch = runtime.publisher.replace(G, graph_msgs(parse_nt(V1), runtime.canonicalizer), author="t", message="")
+        assert patch is not None
+        count, oldest = backlog(runtime.db)
+        assert count == 1 and oldest is not None
+        assert not [i for i in attention(runtime) if i.what == "Relay stalled"]  # (just archived: a round away)
+        with runtime.db.session() as session:  # as if archived two minutes ago
+            session.execute(update(PatchRecord).values(created=datetime.now(UTC) - timedelta(minutes=2)))
+        (item,) = [i for i in attention(runtime) if i.what == "Relay stalled"]
+        assert item.detail.startswith("1 archived patches are not in the patch log") and item.since is not None
+        assert item.link == "hub"
+        runtime.publisher.relay.enabled = True  # a leader again
+        assert runtime.publisher.relay.move() == 1
+        assert backlog(runtime.db) == (0, None)
+        assert not [i for i in attention(runtime) if i.what == "Relay stalled"]
+    finally:
+        runtime.close()

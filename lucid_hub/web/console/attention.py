@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from lucid_hub.errors import LogUnavailableError
 from lucid_hub.leadership import FLAPPING_WINDOW, lease_of
+from lucid_hub.publish.relay import backlog
 from lucid_hub.queries.troubles import troubles
 from lucid_hub.web.console.figures import KEY_AGE_DAYS, LAGGING, PAGE, RULE_FIRINGS, key_age_days
 from lucid_hub.web.moments import aware
@@ -20,6 +21,7 @@ from lucid_hub.web.parts import HubParts
 
 QUIET = timedelta(minutes=10)  # a subscription behind with no success for this long needs attention
 RECENT = timedelta(hours=24)  # queries and windows ended this recently are named
+RELAY_STALLED = timedelta(minutes=1)  # an outbox row this old: the relay does not keep up
 LOG_TIMEOUT = 0.5  # seconds the overview waits for the patch log's answer (a broker that is down)
 
 
@@ -61,6 +63,11 @@ def _health(hub: HubParts) -> list[Item]:
     except LogUnavailableError as exc:
         out.append(Item("Patch log unreachable", f"{exc}: patches are archived, but not relayed to partners",
                         "/readyz"))
+    waiting, oldest = backlog(hub.db)
+    if oldest is not None and datetime.now(UTC) - oldest >= RELAY_STALLED and not hub.log.written_by_archive:
+        out.append(Item("Relay stalled", f"{waiting} archived patches are not in the patch log yet: partners and "
+                        "other processes do not see them (the hub page says which background work fails)", "hub",
+                        oldest))
     lag = hub.publisher.sync.lag()
     if lag > hub.settings.ready_max_lag:
         out.append(Item("This replica is behind", f"its store is {lag} patches behind the archive", "/readyz"))
