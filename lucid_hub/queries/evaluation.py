@@ -59,6 +59,11 @@ class Evaluation:
         self.changes = 0  # store changes processed
         self.busy = 0.0  # seconds spent processing them (matching, evaluating, diffing, writing)
 
+    @property
+    def waiting(self) -> int:
+        """The store's changes not evaluated yet (the continuous queries' lag)."""
+        return self._changes.qsize()
+
     def changed(self, change: StoreChange) -> None:
         """The store applied a change (called under its lock: only queue it)."""
         self._changes.put(change)

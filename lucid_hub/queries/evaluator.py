@@ -86,6 +86,13 @@ class Overruns:
             count = self._parties.get(account, (0, 0.0))[0] + 1
             self._parties[account] = (count, time.monotonic() + min(self.most, 2.0 ** count))
 
+    def standing(self) -> dict[str, tuple[int, float]]:
+        """Each party whose last queries overran: (overruns in a row, seconds it still waits)."""
+        with self._lock:
+            parties = dict(self._parties)
+        at = time.monotonic()
+        return {account: (count, max(0.0, until - at)) for account, (count, until) in parties.items()}
+
     def completed(self, account: str) -> None:
         with self._lock:
             self._parties.pop(account, None)

@@ -4,12 +4,13 @@ those whose webhook is failing now."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, or_, select
 
-from lucid_hub.db.models import QuerySubscription, WindowedQuery
+from lucid_hub.db.models import QuerySubscription, WindowedQuery, WindowedResult
 from lucid_hub.db.session import Database
 from lucid_hub.db.times import aware
 
@@ -33,13 +34,54 @@ def troubles(db: Database, since: datetime, limit: int = 50) -> list[dict[str, A
 
 def listing(db: Database, limit: int = 200) -> dict[str, list[dict[str, Any]]]:
     """Every continuous query and window (the newest `limit` of each), for the console: who
-    holds it, over what, how it stands (ended: why), its last notification, its webhook."""
+    holds it, over what graphs, how it stands (ended: why), its last notification and results
+    (a query's current results, a window's last element), its webhook."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for model, kind in ((QuerySubscription, "queries"), (WindowedQuery, "windows")):
-        with db.session() as session:
-            rows = list(session.scalars(select(model).order_by(model.created_at.desc()).limit(limit)))
-            out[kind] = [_row(r) for r in rows]
+    with db.session() as session:
+        queries = list(session.scalars(select(QuerySubscription).order_by(QuerySubscription.created_at.desc())
+                                       .limit(limit)))
+        out["queries"] = [_row(r) for r in queries]
+        windows = list(session.execute(
+            select(WindowedQuery, WindowedResult.created_at, WindowedResult.body)
+            .outerjoin(WindowedResult, and_(WindowedResult.query == WindowedQuery.id,
+                                            WindowedResult.sequence == WindowedQuery.sequence))
+            .order_by(WindowedQuery.created_at.desc()).limit(limit)))  # (each window's last element, in one read)
+        out["windows"] = [{**_row(w), "last": aware(at) if at else None, "result": _fold(body)}
+                          for w, at, body in windows]
     return out
+
+
+SHOWN_ROWS = 10  # result rows a query's entry shows
+FOLDED = 2000  # characters of a window's last element shown
+
+
+def _fold(body: str | None) -> str:
+    return "" if not body else body if len(body) <= FOLDED else body[:FOLDED] + " …"
+
+
+def _graphs(*lists: str | None) -> list[str]:
+    graphs: list[str] = []
+    for raw in lists:
+        try:
+            value = json.loads(raw) if raw else []
+        except ValueError:
+            value = []
+        graphs += [str(g) for g in value if str(g) not in graphs] if isinstance(value, list) else []
+    return graphs
+
+
+def _results(raw: str) -> dict[str, Any]:
+    """A query's current results, a few rows of them: {vars, rows (values), count} or {boolean}."""
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        value = {}
+    if "boolean" in value:
+        return {"boolean": bool(value["boolean"])}
+    names = [str(v) for v in value.get("vars", [])]
+    rows = value.get("rows", [])
+    shown = [[str((row.get(v) or {}).get("value", "")) for v in names] for row in rows[:SHOWN_ROWS]]
+    return {"vars": names, "rows": shown, "count": len(rows)}
 
 
 def _row(r: Any) -> dict[str, Any]:
@@ -47,6 +89,8 @@ def _row(r: Any) -> dict[str, Any]:
               "created": aware(r.created_at), "updated": aware(r.updated_at), "callback": r.callback,
               "attempts": r.callback_attempts, "error": r.callback_error}
     if isinstance(r, WindowedQuery):
-        return {**common, "name": r.name, "graphs": r.graphs, "range": r.range_spec, "step": r.step_spec,
+        return {**common, "name": r.name, "graphs": _graphs(r.graphs), "range": r.range_spec, "step": r.step_spec,
                 "next": aware(r.next_end_at) if r.next_end_at else None, "next_position": r.next_end_position}
-    return {**common, "name": r.alias or r.id, "id": r.id, "detached": aware(r.detached_at) if r.detached_at else None}
+    return {**common, "name": r.alias or r.id, "id": r.id, "graphs": _graphs(r.default_graphs, r.named_graphs),
+            "results": _results(r.results),
+            "detached": aware(r.detached_at) if r.detached_at else None}

@@ -5,6 +5,7 @@ at every notification, budgets and bad input."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,7 +223,7 @@ def test_withdrawn_access_and_revoked_tokens_end_subscriptions(orders_hub: Runni
 
 
 def test_a_subscription_over_its_budget_ends_and_delays_no_other(tmp_path: Path, db_url: str) -> None:
-    with running_hub(tmp_path / "data", db_url, {"LUCID_QUERY_BUDGET": "1"}) as hub:
+    with running_hub(tmp_path / "data", db_url, {"LUCID_QUERY_BUDGET": "1", "LUCID_DEV_MODE": "true"}) as hub:  # (dev: the console over http)
         put(hub, ORDERS, ORDERS_NT)
         put(hub, PRICES, f"<{EX}x> <{EX}price> \"1\" .\n")
         heavy = ("SELECT (COUNT(*) AS ?n) WHERE { GRAPH <" + PRICES + "> "
@@ -240,6 +241,12 @@ def test_a_subscription_over_its_budget_ends_and_delays_no_other(tmp_path: Path,
         # a first evaluation over the budget is refused
         refused = hub.http.post(f"{hub.url}/subscriptions", json={"sparql": heavy})
         assert refused.status_code == 422 and "LUCID_QUERY_BUDGET" in refused.text
+        # the console's queries page: the party over its budget, the query ended and why
+        from tests.web.test_console_attention import signed_in
+
+        page = signed_in(hub).get(f"{hub.url}/admin/ui/queries", timeout=30).text
+        assert re.search(r"<code>[^<]+</code> \d+ overruns? in a row", page), page[:3000]
+        assert f'data-query="{slow}"' in page and "LUCID_QUERY_BUDGET" in page
 
 
 def test_subscriptions_per_party_are_limited(tmp_path: Path, db_url: str) -> None:

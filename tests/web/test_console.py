@@ -86,6 +86,9 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
         '_:l <http://example.org/sku> "SKU-1" .\n_:l <http://example.org/qty> "3" .\n'
         f'<http://example.org/po/1> <http://example.org/note> "{long_note}" .\n').encode()).json()["patch"]
     assert first and second
+    made = hub.http.post(f"{hub.url}/subscriptions", timeout=30,  # (the queries page has a row, with results)
+                         json={"sparql": f"SELECT ?s ?p ?o WHERE {{ GRAPH <{G}> {{ ?s ?p ?o }} }}"})
+    assert made.status_code == 201, made.text
 
     browser.get(f"{hub.url}/admin/ui/overview")
     assert "/admin/ui/login" in browser.current_url  # signed out: to the sign-in page

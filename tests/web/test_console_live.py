@@ -44,6 +44,9 @@ def test_the_queries_and_hub_pages_show_what_happens_without_a_reload(browser: A
     assert page.is_displayed()  # the same document: no reload
     row = browser.find_element(By.CSS_SELECTOR, f'[data-query="{sid}"]')
     assert "active" in row.text and row.find_element(By.CSS_SELECTOR, "td").get_attribute("data-label") == "Query"
+    assert "1 row" in row.text  # its current results (one triple in the graph)
+    facts = browser.find_element(By.CSS_SELECTOR, "dl.facts").text
+    assert "up to date with the store" in facts and "no party overran it lately" in facts
 
     # it ends (as when access is withdrawn): the page says so, and why
     hub.runtime.queries.records.end(sid, f"access to {ORDERS} was withdrawn: the query ended")

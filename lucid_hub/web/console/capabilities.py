@@ -66,6 +66,7 @@ def rules_page() -> Any:
     analysis = hub.rules.explain()
     names = [r.rule.iri for r in state["rules"]]
     return render_template("rules.html", **state, analysis=analysis, version=version(_rules_signature(state)),
+                           names=hub.clients.names(),
                            picture=_triggering(list(analysis.edges), names, list(analysis.cycles)),
                            numbers={name: i + 1 for i, name in enumerate(names)})
 
@@ -100,11 +101,30 @@ def hub_page() -> Any:
     return render_template("hub.html", **state, version=version(_hub_signature(state)))
 
 
+def _queries() -> dict[str, Any]:
+    """The queries and windows, the parties over their time budget (overruns in a row, by
+    queries and windows alike), and the store's changes the queries have not evaluated yet."""
+    hub = runtime()
+    over: dict[str, tuple[int, float]] = {}
+    for overruns in (hub.queries.evaluation.overruns, hub.windows.overruns):
+        for account, (count, wait) in overruns.standing().items():
+            before = over.get(account, (0, 0.0))
+            over[account] = (before[0] + count, max(before[1], wait))
+    return {**listing(hub.db), "overruns": sorted(over.items()), "waiting": hub.queries.evaluation.waiting,
+            "budget": hub.settings.query_budget}
+
+
+def _queries_signature(state: dict[str, Any]) -> object:
+    """(a party's wait counts down: its overruns are what shows a change)"""
+    return {**state, "overruns": [(account, count) for account, (count, _wait) in state["overruns"]]}
+
+
 @ui.get("/queries")
 def queries_page() -> Any:
     """Continuous queries and windows: who holds them, over what, how they stand."""
-    state = listing(runtime().db)
-    return render_template("queries.html", **state, version=version(state))
+    state = _queries()
+    return render_template("queries.html", **state, version=version(_queries_signature(state)),
+                           names=runtime().clients.names())  # (a party is its client's account)
 
 
 def _inboxes() -> dict[str, Any]:
@@ -126,7 +146,7 @@ def inboxes_page() -> Any:
 SIGNATURES: dict[str, Callable[[], object]] = {
     "rules": lambda: _rules_signature(_rules()),
     "hub": lambda: _hub_signature(_hub()),
-    "queries": lambda: listing(runtime().db),
+    "queries": lambda: _queries_signature(_queries()),
     "inboxes": _inboxes,
 }
 

@@ -83,9 +83,9 @@ document.addEventListener("DOMContentLoaded", () => {
 // hides behind a horizontal scroll; the labels are the table's own headers, set here (at load,
 // and again for the parts a live page puts in place).
 function asCards(root) {
-  for (const table of root.querySelectorAll(".table-scroll table")) {
-    const headers = Array.from(table.querySelectorAll("thead th"), (th) => th.textContent.trim());
-    for (const row of table.querySelectorAll("tbody tr")) {
+  for (const table of root.querySelectorAll(".table-scroll > table")) {  // (a table inside a cell stays a table)
+    const headers = Array.from(table.querySelectorAll(":scope > thead > tr > th"), (th) => th.textContent.trim());
+    for (const row of table.querySelectorAll(":scope > tbody > tr")) {
       Array.from(row.children).forEach((cell, index) => {
         if (!cell.hasAttribute("colspan") && headers[index] && cell.dataset.label === undefined) {
           cell.dataset.label = headers[index];
