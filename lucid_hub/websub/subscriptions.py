@@ -125,17 +125,18 @@ class WebSubHub:
                       troubled: tuple[int, datetime] | None = None) -> list[dict[str, Any]]:
         """Every subscription, or those to `graph`, or those with these `ids`; in id order, or
         `worst_first` (failed first, then the farthest behind); `offset` and `limit` a page.
-        `troubled` (lag, quiet since): only those that need attention — failed, failing now
-        (attempts since the last success), that many patches behind, or behind without a
-        success since then. (Core, the columns it shows, and the graphs' lengths by a join: a
+        `troubled` (lag, quiet since): only those that need attention — failed, cancelled (access
+        withdrawn), or active and failing now (attempts since the last success), that many
+        patches behind, or behind without a success since then (an expired one is the
+        subscriber's choice). (Core, the columns it shows, and the graphs' lengths by a join: a
         thousand rows are read for every console page and live update.)"""
         s = Subscription
         behind = func.coalesce(Graph.length, 0) - s.delivered_seq
         only = self._only(graph, ids)
         if troubled is not None:
             lag, quiet = troubled
-            only.append(or_(s.state == "failed", s.attempts > 0, behind >= lag,
-                            and_(behind > 0, func.coalesce(s.last_success_at, s.created_at) < quiet)))
+            only.append(or_(s.state.in_(("failed", "cancelled")), and_(s.state == "active", or_(
+                s.attempts > 0, behind >= lag, and_(behind > 0, func.coalesce(s.last_success_at, s.created_at) < quiet)))))
         query = (select(s.id, s.graph, s.callback, s.account, s.endpoint_id, s.state, s.media_type,
                         s.lease_expires_at, s.delivered_seq, s.delivered_total, s.failures_total, s.attempts,
                         s.last_error, s.last_success_at, s.created_at, (func.length(s.secret) > 0).label("signed"),

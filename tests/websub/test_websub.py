@@ -301,6 +301,11 @@ def test_access_is_rechecked_at_every_delivery(ws_hub: RunningHub, callback: Cal
     callback.wait(lambda: any(v.get("hub.mode") == "denied" for v in callback.verifications))
     assert callback.deliveries == []
     assert hub.runtime.hub.subscriptions()[0]["state"] == "cancelled"
+    from lucid_hub.web.console.attention import attention  # the overview names it, and why
+
+    (item,) = [i for i in attention(hub.runtime) if i.what == "Subscription ended"]
+    assert "access withdrawn" in item.detail and item.link.startswith("subscriptions?graph=")
+    assert not [i for i in attention(hub.runtime) if i.what == "Subscriber behind"]  # (not counted as behind too)
 
 
 def test_an_expired_lease_stops_deliveries(ws_hub: RunningHub, callback: Callback) -> None:

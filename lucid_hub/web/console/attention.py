@@ -107,6 +107,9 @@ def _subscribers(hub: HubParts) -> list[Item]:
         since = _when(s["last_success_at"] or s["created_at"])
         if s["state"] == "failed":
             out.append(Item("Subscription failed", f"{who} ({s['graph']}): {s['last_error']}", link, since))
+        elif s["state"] == "cancelled":
+            out.append(Item("Subscription ended", f"{who} ({s['graph']}): {s['last_error']} (the partner was told; "
+                            "cancel it on the subscribers page once dealt with)", link))
         elif s["attempts"]:
             out.append(Item("Deliveries failing", f"{who}: {s['attempts']} failed attempts, {s['lag']} patches of "
                             f"{s['graph']} waiting: {s['last_error']}", link, since))
