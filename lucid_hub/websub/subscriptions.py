@@ -135,8 +135,9 @@ class WebSubHub:
         only = self._only(graph, ids)
         if troubled is not None:
             lag, quiet = troubled
-            only.append(or_(s.state.in_(("failed", "cancelled")), and_(s.state == "active", or_(
-                s.attempts > 0, behind >= lag, and_(behind > 0, func.coalesce(s.last_success_at, s.created_at) < quiet)))))
+            quiet_behind = and_(behind > 0, func.coalesce(s.last_success_at, s.created_at) < quiet)
+            only.append(or_(s.state.in_(("failed", "cancelled")),
+                            and_(s.state == "active", or_(s.attempts > 0, behind >= lag, quiet_behind))))
         query = (select(s.id, s.graph, s.callback, s.account, s.endpoint_id, s.state, s.media_type,
                         s.lease_expires_at, s.delivered_seq, s.delivered_total, s.failures_total, s.attempts,
                         s.last_error, s.last_success_at, s.created_at, (func.length(s.secret) > 0).label("signed"),
