@@ -148,6 +148,11 @@ def test_the_rules_page_and_the_hub_page_show_what_runs(tmp_path: Path) -> None:
             assert f'data-rule="{rule}"' in page
         assert "can raise" in page and "<svg" in page and "no cycle" in page  # first -> cascade
         assert trigger[11:27] in page and "patched" in page  # the latest firings, with their outcomes
+        changes = re.search(r'aria-label="Changes of the rule set".*?</table>', page, re.S)
+        assert changes and "#1" in changes.group(0)  # the rule set's history: the change that added them
+        head = hub.runtime.archive.head("urn:lucid-hub:rules")
+        assert head and f"patch?id={requests.utils.quote(head, safe='')}" in changes.group(0)
+        assert "Time budget by owner" in page and "within the budget" in page  # (the rules ran within it)
         roles = web.get(f"{hub.url}/admin/ui/hub", timeout=30).text
         assert 'data-role="' in roles and "this process leads" in roles and "patches behind the archive" in roles
 

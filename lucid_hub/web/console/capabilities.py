@@ -14,8 +14,10 @@ from typing import Any
 
 from flask import Response, render_template, request
 
+from lucid_hub.db.times import aware
 from lucid_hub.leadership import lease_of
 from lucid_hub.queries.troubles import listing
+from lucid_hub.rules.model import RULES_GRAPH
 from lucid_hub.streams.inbox import senders
 from lucid_hub.web.admin import ui
 from lucid_hub.web.console.live import _changes, version
@@ -25,6 +27,7 @@ from lucid_hub.web.receipts import receipts
 FIRINGS = 500  # the newest firings the rules page counts outcomes over
 SHOWN_FIRINGS = 50  # and lists
 GRAPHS = 50  # graphs whose receipts the inboxes page shows
+CHANGES = 20  # the newest changes of the rule set the rules page lists
 
 
 def _triggering(edges: list[tuple[str, str]], names: list[str], cycles: list[tuple[str, ...]]) -> dict[str, Any]:
@@ -52,12 +55,18 @@ def _rules() -> dict[str, Any]:
     outcomes: dict[str, Counter[str]] = {}
     for f in firings:
         outcomes.setdefault(f["rule"], Counter())[f["outcome"]] += 1
-    return {"rules": registered, "outcomes": outcomes, "firings": firings[:SHOWN_FIRINGS]}
+    changes = [{"id": p.id, "author": p.author, "message": p.message, "at": aware(p.created), "seq": p.seq}
+               for p in hub.archive.timeline(RULES_GRAPH, None, CHANGES)]
+    lanes = sorted((owner or "the operator", state["overruns"], state["resting"])
+                   for owner, state in hub.rules.lanes().items())
+    return {"rules": registered, "outcomes": outcomes, "firings": firings[:SHOWN_FIRINGS], "changes": changes,
+            "lanes": lanes}
 
 
 def _rules_signature(state: dict[str, Any]) -> object:
     return ([(r.rule.iri, r.text, r.owner.account) for r in state["rules"]], state["firings"],
-            sorted((rule, sorted(counts.items())) for rule, counts in state["outcomes"].items()))
+            sorted((rule, sorted(counts.items())) for rule, counts in state["outcomes"].items()),
+            state["changes"][:1], state["lanes"])
 
 
 @ui.get("/rules")
