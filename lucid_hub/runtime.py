@@ -44,6 +44,7 @@ from lucid_hub.queries import QueryService
 from lucid_hub.queries.evaluator import QueryEngine
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.replicas import REPORT_EVERY, Replicas, reporter
 from lucid_hub.resources import notification_url
 from lucid_hub.rules.offering import RuleOffers
 from lucid_hub.rules.service import RuleParts, RuleService
@@ -111,6 +112,8 @@ class Runtime:
     capture: Capture | None = None
     # Rules offered to partner hubs and by them (rules.offering; docs/rules.md).
     rule_offers: RuleOffers | None = None
+    # Every replica's report of itself (lucid_hub.replicas): this process's, once start() ran.
+    replicas: Replicas | None = None
 
     def _keep_lease(self) -> None:
         """The role `leadership`: renew the lease; where the hub serves, take it when it is free
@@ -143,6 +146,12 @@ class Runtime:
         self.start_following()
         self.start_roles()
         self.serving = True  # a candidate waits to take the leader's roles over
+        if self.replicas is None:
+            self.replicas = Replicas(self.db, replica_id(self.settings.data_dir))
+            self.roles.add("replica-report", reporter(
+                self.replicas, self.publisher.sync.lag, lambda: self.leader,
+                lambda: [r.name for r in self.roles.all() if r.failures_in_a_row]), every=REPORT_EVERY)
+            self.roles.start()
         if self.candidate:
             self.start_metrics_listener()
 
@@ -350,6 +359,11 @@ class Runtime:
         self.store.close()
         if self.leadership is not None:
             self.leadership.release()
+        if self.replicas is not None:
+            try:
+                self.replicas.leave()
+            except Exception as exc:  # its report goes silent instead
+                log.warning("could not take this replica's report away: %s", exc)
         self.publisher.locks.close()
         self.db.dispose()
 

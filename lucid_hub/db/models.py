@@ -450,3 +450,20 @@ class DeliveryMinute(Base):
     minute: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
     delivered: Mapped[int] = mapped_column(BigInteger)
     failed: Mapped[int] = mapped_column(BigInteger)
+
+
+class ReplicaReport(Base):
+    """Each serving process's word on itself, renewed every few seconds (lucid_hub.replicas):
+    the console's hub page lists every replica of the deployment from it, not only the one
+    that renders the page."""
+
+    __tablename__ = "replicas"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)  # its data directory's name and pid
+    host: Mapped[str] = mapped_column(String(255))
+    version: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    lag: Mapped[int] = mapped_column(Integer)  # its store's patches behind the archive
+    leader: Mapped[bool] = mapped_column(Boolean)
+    failing: Mapped[str] = mapped_column(Text)  # JSON: its background roles whose last rounds failed

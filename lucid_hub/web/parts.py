@@ -22,6 +22,7 @@ from lucid_hub.publish.capture import Capture
 from lucid_hub.queries import QueryService
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
+from lucid_hub.replicas import Replicas
 from lucid_hub.rules.offering import RuleOffers
 from lucid_hub.rules.service import RuleService
 from lucid_hub.signing import KeyRing
@@ -64,6 +65,7 @@ class HubParts(Protocol):
     capture: Capture | None
     rule_offers: RuleOffers | None
     leadership: Leadership | None
+    replicas: Replicas | None
     leader: bool
 
     def database_answers(self) -> None:

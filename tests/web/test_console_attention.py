@@ -200,3 +200,43 @@ def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleare
             service.ask_lags()
             assert "Mirror behind" not in attention(web, partner)
             assert "Nothing" in attention(web, partner)
+
+
+def test_every_replica_shows_on_the_hub_page_and_one_behind_failing_or_silent_is_named(tmp_path: Path) -> None:
+    """Two replicas of one hub (two data directories, one database): the hub page of either
+    lists both, the leader first; a replica behind, with failing work, or gone silent without
+    a word is named on the overview; a clean stop takes its report away."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from lucid_hub.db.models import ReplicaReport
+    from lucid_hub.db.times import now
+    from lucid_hub.replicas import SILENT, Replicas
+
+    db_url = f"sqlite:///{tmp_path / 'hub.db'}"
+    with running_hub(tmp_path / "one", db_url, DEV) as hub:
+        web = signed_in(hub)
+        with running_hub(tmp_path / "two", db_url, DEV) as second:
+            assert hub.runtime.replicas is not None and second.runtime.replicas is not None
+            names = {hub.runtime.replicas.name, second.runtime.replicas.name}
+            wait(lambda: {r["name"] for r in hub.runtime.replicas.all()} >= names)  # type: ignore[union-attr]
+            page = web.get(f"{hub.url}/admin/ui/hub", timeout=30).text
+            for name in names:
+                assert f'data-replica="{name}"' in page
+            assert page.index(f'data-replica="{hub.runtime.replicas.name}"') < page.index(
+                f'data-replica="{second.runtime.replicas.name}"')  # the leader first
+            assert "(this process)" in page and "Replica" not in attention(web, hub)
+        wait(lambda: second.runtime.replicas.name not in {r["name"] for r in hub.runtime.replicas.all()})  # type: ignore[union-attr]
+        # a third process's word: far behind, its relay failing; then it goes silent
+        third = Replicas(hub.runtime.db, "replica-three")
+        third.report(hub.runtime.settings.ready_max_lag + 1, False, ["relay"])
+        shown = attention(web, hub)
+        assert "Replica behind" in shown and "replica-three/" in shown and "Background work failing on another replica" in shown
+        with hub.runtime.db.session() as session:  # its last report, as if long ago
+            session.execute(update(ReplicaReport).where(ReplicaReport.name == third.name)
+                            .values(seen_at=now() - SILENT - timedelta(seconds=1)))
+        shown = attention(web, hub)
+        assert "Replica silent" in shown and "Replica behind" not in shown, shown
+        third.leave()
+        assert "Replica" not in attention(web, hub)

@@ -71,6 +71,20 @@ def _health(hub: HubParts) -> list[Item]:
     lag = hub.publisher.sync.lag()
     if lag > hub.settings.ready_max_lag:
         out.append(Item("This replica is behind", f"its store is {lag} patches behind the archive", "/readyz"))
+    for replica in hub.replicas.all() if hub.replicas is not None else []:
+        if replica["this"]:
+            continue  # (this process's own: above, and its roles below)
+        name = replica["name"]
+        if replica["silent"]:
+            out.append(Item("Replica silent", f"{name} on {replica['host']} has not reported since: stopped without "
+                            "a word (killed, hung, or cut off from the database)", "hub", replica["seen"]))
+            continue
+        if replica["lag"] > hub.settings.ready_max_lag:
+            out.append(Item("Replica behind", f"{name}: its store is {replica['lag']} patches behind the archive",
+                            "hub", replica["seen"]))
+        if replica["failing"]:
+            out.append(Item("Background work failing on another replica", f"{name}: {', '.join(replica['failing'])}",
+                            "hub", replica["seen"]))
     flaps = hub.leadership.flapping() if hub.leadership is not None else []
     if flaps:
         out.append(Item("Leadership flapping", f"the lease changed hands {len(flaps)} times in "

@@ -17,6 +17,7 @@ from flask import Response, render_template, request
 from lucid_hub.db.times import aware
 from lucid_hub.leadership import lease_of
 from lucid_hub.queries.troubles import listing
+from lucid_hub.replicas import REPORT_EVERY, SILENT
 from lucid_hub.rules.model import RULES_GRAPH
 from lucid_hub.streams.inbox import senders
 from lucid_hub.web.admin import ui
@@ -90,7 +91,7 @@ def _hub() -> dict[str, Any]:
                                          "expires": datetime.fromtimestamp(lease[2], UTC),
                                          "live": lease[2] >= time.time()}
     return {"roles": roles, "leader": leader, "this_leads": hub.leader, "lag": hub.publisher.sync.lag(),
-            "max_lag": hub.settings.ready_max_lag}
+            "max_lag": hub.settings.ready_max_lag, "replicas": hub.replicas.all() if hub.replicas is not None else []}
 
 
 def _hub_signature(state: dict[str, Any]) -> object:
@@ -99,15 +100,17 @@ def _hub_signature(state: dict[str, Any]) -> object:
     every few seconds; they are shown, but do not make the page fetched again.)"""
     leader = state["leader"]
     roles = [(r["name"], r["up"], r["failing"], r["restarts"]) for r in state["roles"]]
+    replicas = [(r["name"], r["silent"], r["lag"], r["leader"], r["failing"]) for r in state["replicas"]]
     return (roles, leader and (leader["holder"], leader["epoch"], leader["live"]), state["this_leads"],
-            state["lag"])
+            state["lag"], replicas)
 
 
 @ui.get("/hub")
 def hub_page() -> Any:
     """This process's background roles, the leadership lease and this replica's store."""
     state = _hub()
-    return render_template("hub.html", **state, version=version(_hub_signature(state)))
+    return render_template("hub.html", **state, version=version(_hub_signature(state)), report_every=REPORT_EVERY,
+                           silent=int(SILENT.total_seconds()))
 
 
 def _queries() -> dict[str, Any]:
