@@ -6,6 +6,7 @@ critical violation."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -114,6 +115,8 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
             shot = ARTIFACTS / f"{name}-{size}.png"
             browser.save_screenshot(str(shot))
             assert shot.stat().st_size > 5_000
+            whole = browser.execute_cdp_cmd("Page.captureScreenshot", {"captureBeyondViewport": True})  # (the page's full length)
+            (ARTIFACTS / f"{name}-{size}-full.png").write_bytes(base64.b64decode(whole["data"]))
             overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 0, f"{name} is wider than a {width} px window by {overflow} px"
             assert browser.execute_script(BROKEN_WORDS) == [], f"{name} at {width} px"
