@@ -199,14 +199,16 @@ class Archive:
             return int(total or 0)
 
     def per_hour(self, since: datetime) -> dict[datetime, int]:
-        """Patches archived per hour (hours start on the hour, UTC) since `since`: counted
-        in the database from the patches' creation times."""
+        """Patches archived per hour (hours start on the hour, UTC) since `since`, of every
+        graph but the hub's own (access conditions, rules): counted in the database from the
+        patches' creation times."""
         if self.db.engine.dialect.name == "postgresql":
             hour: Any = func.date_trunc("hour", PatchRecord.created)
         else:  # SQLite keeps the times as text
             hour = func.strftime("%Y-%m-%d %H:00:00", PatchRecord.created)
         with self.db.session() as session:
-            rows = session.execute(select(hour, func.count()).where(PatchRecord.created >= since).group_by(hour))
+            rows = session.execute(select(hour, func.count()).where(
+                PatchRecord.created >= since, ~PatchRecord.graph.startswith(INTERNAL_PREFIX)).group_by(hour))
             out: dict[datetime, int] = {}
             for start, count in rows:
                 when = start if isinstance(start, datetime) else datetime.fromisoformat(str(start))
