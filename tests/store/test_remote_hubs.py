@@ -103,6 +103,9 @@ def test_owned_graphs_are_written_through_and_a_store_that_was_down_catches_up(
             wait(lambda: 'lucid_store_up{store="default"} 0.0' in metrics(hub))
             overview = console(hub).get(f"{hub.url}/admin/ui/overview", timeout=30).text
             assert "Your store default is not written" in overview and "does not answer" in overview
+            assert 'href="hub#stores"' in overview  # where it is dealt with: the hub page's stores
+            page = console(hub).get(f"{hub.url}/admin/ui/hub", timeout=30).text
+            assert 'data-store="default"' in page and "not written: " in page and "does not answer" in page
         finally:
             oxigraph.start()
         wait(lambda: store.version(G) == later[-1], show=lambda: ready(hub).text)

@@ -62,7 +62,7 @@ def _health(hub: HubParts) -> list[Item]:
         hub.log.check(timeout=LOG_TIMEOUT)
     except LogUnavailableError as exc:
         out.append(Item("Patch log unreachable", f"{exc}: patches are archived, but not relayed to partners",
-                        "/readyz"))
+                        "hub"))
     waiting, oldest = backlog(hub.db)
     if oldest is not None and datetime.now(UTC) - oldest >= RELAY_STALLED and not hub.log.written_by_archive:
         out.append(Item("Relay stalled", f"{waiting} archived patches are not in the patch log yet: partners and "
@@ -70,7 +70,7 @@ def _health(hub: HubParts) -> list[Item]:
                         oldest))
     lag = hub.publisher.sync.lag()
     if lag > hub.settings.ready_max_lag:
-        out.append(Item("This replica is behind", f"its store is {lag} patches behind the archive", "/readyz"))
+        out.append(Item("This replica is behind", f"its store is {lag} patches behind the archive", "hub"))
     for replica in hub.replicas.all() if hub.replicas is not None else []:
         if replica["this"]:
             continue  # (this process's own: above, and its roles below)
@@ -95,7 +95,7 @@ def _health(hub: HubParts) -> list[Item]:
     if lease is not None and lease[2] < time.time():
         holder, epoch, expires = lease
         out.append(Item("No leader", f"the lease (epoch {epoch}, last held by {holder}) ran out: no process relays "
-                        "patches, delivers or evaluates until one takes it", "/readyz",
+                        "patches, delivers or evaluates until one takes it", "hub",
                         datetime.fromtimestamp(expires, UTC)))
     return out
 
@@ -105,7 +105,7 @@ def _inboxes(hub: HubParts) -> list[Item]:
     since = time.time() - RECENT.total_seconds()
     return [Item("Inbox refusing a sender", f"{sender}: {count} notifications refused (over "
                  f"{hub.inbox.limiter.limit} a minute), the last at "
-                 f"{datetime.fromtimestamp(last, UTC):%H:%M:%S} UTC", "", datetime.fromtimestamp(first, UTC))
+                 f"{datetime.fromtimestamp(last, UTC):%H:%M:%S} UTC", "inboxes", datetime.fromtimestamp(first, UTC))
             for sender, (count, first, last) in sorted(hub.inbox.limiter.refusals(since).items())]
 
 
@@ -200,10 +200,10 @@ def _stores(hub: HubParts) -> list[Item]:
     out = []
     for store in hub.remotes:  # (the leader's last rounds: a follower's page shows none)
         if store.problem:
-            out.append(Item(f"Your store {store.store.config.name} is not written", store.problem, "/admin/store"))
+            out.append(Item(f"Your store {store.store.config.name} is not written", store.problem, "hub#stores"))
         elif store.behind >= LAGGING:
             out.append(Item(f"Your store {store.store.config.name} is behind",
-                            f"{store.store.name}: {store.behind} patches", "/admin/store"))
+                            f"{store.store.name}: {store.behind} patches", "hub#stores"))
         for graph, reason in sorted(store.refused.items()):
             out.append(Item("Graph not written to your store", reason, f"graph?graph={quote(graph, safe='')}"))
     return out

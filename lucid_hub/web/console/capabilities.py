@@ -16,6 +16,7 @@ from flask import Response, render_template, request
 
 from lucid_hub.db.times import aware
 from lucid_hub.leadership import lease_of
+from lucid_hub.publish.relay import backlog
 from lucid_hub.queries.troubles import listing
 from lucid_hub.replicas import REPORT_EVERY, SILENT
 from lucid_hub.rules.model import RULES_GRAPH
@@ -90,8 +91,15 @@ def _hub() -> dict[str, Any]:
     leader = None if lease is None else {"holder": lease[0], "epoch": lease[1],
                                          "expires": datetime.fromtimestamp(lease[2], UTC),
                                          "live": lease[2] >= time.time()}
+    waiting, oldest = backlog(hub.db)
+    stores = [{"name": s.store.config.name, "at": s.store.name, "problem": s.problem, "behind": s.behind,
+               "written": s.written, "refused": sorted(s.refused.items()), "graphs": ", ".join(s.store.config.graphs)}
+              for s in hub.remotes]
     return {"roles": roles, "leader": leader, "this_leads": hub.leader, "lag": hub.publisher.sync.lag(),
-            "max_lag": hub.settings.ready_max_lag, "replicas": hub.replicas.all() if hub.replicas is not None else []}
+            "max_lag": hub.settings.ready_max_lag, "replicas": hub.replicas.all() if hub.replicas is not None else [],
+            "topic": getattr(hub.log, "topic", None),  # (Kafka's; the embedded log has none)
+            "outbox": waiting, "outbox_since": oldest, "relayed_by_archive": hub.log.written_by_archive,
+            "stores": stores}
 
 
 def _hub_signature(state: dict[str, Any]) -> object:
@@ -102,7 +110,8 @@ def _hub_signature(state: dict[str, Any]) -> object:
     roles = [(r["name"], r["up"], r["failing"], r["restarts"]) for r in state["roles"]]
     replicas = [(r["name"], r["silent"], r["lag"], r["leader"], r["failing"]) for r in state["replicas"]]
     return (roles, leader and (leader["holder"], leader["epoch"], leader["live"]), state["this_leads"],
-            state["lag"], replicas)
+            state["lag"], replicas, state["outbox"], [(s["name"], s["problem"], s["behind"], s["refused"])
+                                                     for s in state["stores"]])
 
 
 @ui.get("/hub")
