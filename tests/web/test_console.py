@@ -530,6 +530,9 @@ def test_the_overview_names_failing_rules_an_old_signing_key_and_subscribers_beh
     page = admin.get(f"{hub.url}/admin/ui/overview", timeout=30).text
     assert "Rule failing" in page and "urn:rule:restock: 1 of its recent firings failed" in page
     assert "Signing key due for rotation" in page and "in use for 400 days" in page
+    assert 'href="hub#keys"' in page  # where it is dealt with: the hub page says how
+    keys = admin.get(f"{hub.url}/admin/ui/hub", timeout=30).text
+    assert "in use for 400 days: due for rotation" in keys and "lucid-hub keys rotate" in keys
     subscribers = admin.get(f"{hub.url}/admin/ui/subscriptions", timeout=30).text
     (sid,) = [s["id"] for s in hub.runtime.hub.subscriptions()]
     row = subscribers[subscribers.index(f'data-id="{sid}"'):]

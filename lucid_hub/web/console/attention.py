@@ -51,7 +51,7 @@ def attention(hub: HubParts) -> list[Item]:
     age = key_age_days(hub.keys.active_path)
     if age >= KEY_AGE_DAYS:
         items.append(Item("Signing key due for rotation", f"in use for {age} days (lucid-hub keys rotate)",
-                          "/.well-known/jwks.json"))
+                          "hub#keys"))
     return items
 
 

@@ -22,6 +22,7 @@ from lucid_hub.replicas import REPORT_EVERY, SILENT
 from lucid_hub.rules.model import RULES_GRAPH
 from lucid_hub.streams.inbox import senders
 from lucid_hub.web.admin import ui
+from lucid_hub.web.console.figures import KEY_AGE_DAYS, key_age_days
 from lucid_hub.web.console.live import _changes, version
 from lucid_hub.web.http import runtime
 from lucid_hub.web.receipts import receipts
@@ -99,7 +100,8 @@ def _hub() -> dict[str, Any]:
             "max_lag": hub.settings.ready_max_lag, "replicas": hub.replicas.all() if hub.replicas is not None else [],
             "topic": getattr(hub.log, "topic", None),  # (Kafka's; the embedded log has none)
             "outbox": waiting, "outbox_since": oldest, "relayed_by_archive": hub.log.written_by_archive,
-            "stores": stores}
+            "stores": stores, "key": {"kid": hub.keys.active().kid, "age": key_age_days(hub.keys.active_path),
+                                      "retired": len(hub.keys.retired()), "due": KEY_AGE_DAYS}}
 
 
 def _hub_signature(state: dict[str, Any]) -> object:
