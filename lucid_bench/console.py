@@ -110,10 +110,11 @@ def _live_updates(app: Flask, hub: Runtime, patches: int, runs: int) -> float:
     """Each live stream's update (what a page's Server-Sent Events compute every second while
     the archive changes); the slowest p95."""
     from lucid_hub.web import console
+    from lucid_hub.web.console import pages
 
     page = [s["id"] for s in hub.hub.subscriptions(limit=console.PAGE)]
     updates: dict[str, Callable[[], object]] = {
-        "overview": lambda: console.overview_figures(hub),
+        "overview": lambda: pages._overview_update(hub),  # (its figures, and its attention list's version)
         "graph": lambda: console.graph_figures(GRAPH, patches),
         f"subscribers ({len(page)})": lambda: console.subscription_figures(hub.hub.subscriptions(ids=page)),
         "mirrors": lambda: console.mirror_figures(hub.mirror_registry.list(), {})}

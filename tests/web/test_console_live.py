@@ -101,3 +101,29 @@ def test_a_healthy_hub_page_is_not_fetched_again_and_the_streams_refuse_bad_requ
     assert events(shown.group(1), 2.5) == []
     assert events("0" * 16, 5) == ["event: changed"]  # an old page is told at once
     assert events("x" * 5000, 5) == ["event: changed"]  # (a junk version is an old one: cut, never trusted)
+
+
+def test_the_overview_names_trouble_without_a_reload_and_clears_it(browser: Any, ui_hub: RunningHub) -> None:  # noqa: F811
+    """The overview's attention list follows the hub: background work that starts failing is
+    named on the open page, and the item goes when it recovers."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    hub = ui_hub
+    sign_in(browser, hub)
+    _live(browser, f"{hub.url}/admin/ui/overview")
+    listed = lambda b: b.find_element(By.ID, "attention-part").text  # noqa: E731
+    assert "Nothing" in listed(browser)
+    heading = browser.find_element(By.TAG_NAME, "h1")
+    broken = {"now": True}
+
+    def work() -> None:
+        if broken["now"]:
+            raise RuntimeError("the broker is gone")
+
+    hub.runtime.roles.add("test-overview-work", work, every=0.2)
+    WebDriverWait(browser, 20).until(lambda b: "Background work failing: test-overview-work" in listed(b))
+    assert heading.is_displayed()  # the same document: no reload
+    broken["now"] = False
+    WebDriverWait(browser, 20).until(lambda b: "Nothing" in listed(b))
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -17,19 +17,28 @@ from lucid_hub.web.admin import ui
 from lucid_hub.web.console.attention import attention
 from lucid_hub.web.console.figures import (
     PAGE,
+    Chart,
     _graph_row,
     graph_figures,
     overview_figures,
 )
-from lucid_hub.web.console.live import _live
+from lucid_hub.web.console.live import _live, version
 from lucid_hub.web.console.review import COMPARE_PATCHES, NetChange, review
 from lucid_hub.web.http import runtime
+from lucid_hub.web.parts import HubParts
+
+
+def _overview_update(hub: HubParts) -> tuple[dict[str, Any], dict[str, Chart]]:
+    """The overview's moving figures and charts, and the version of its attention list (when
+    it differs from the page's, the page fetches its list again)."""
+    figures, charts = overview_figures(hub)
+    return {**figures, "attention": version(attention(hub))}, charts
 
 
 @ui.get("/overview/events")
 def overview_events() -> Response:
     hub = runtime()
-    return _live(lambda: overview_figures(hub))
+    return _live(lambda: _overview_update(hub))
 
 
 @ui.get("/overview")
@@ -40,7 +49,7 @@ def overview() -> Any:
     items = attention(hub)
     figures, charts = overview_figures(hub, mirrors)
     return render_template("overview.html", graphs=graphs, total_graphs=total_graphs, attention=items,
-                           figures=figures, charts=charts)
+                           figures=figures, charts=charts, attention_version=version(items))
 
 
 @ui.get("/graphs")

@@ -70,6 +70,12 @@ document.addEventListener("DOMContentLoaded", () => {
       applyFigures(area, update.figures || {});
       applyCharts(area, update.charts || {});
       if (state) { state.textContent = "live"; }
+      // (the overview: its attention list changed, so it is fetched again as a live page's parts are)
+      const listed = (update.figures || {}).attention;
+      if (listed !== undefined && area.dataset.attention !== undefined && listed !== area.dataset.attention) {
+        area.dataset.attention = String(listed);
+        refreshParts(document.body, state).catch(() => { if (state) { state.textContent = "not updated: reload the page"; } });
+      }
     });
     source.addEventListener("error", () => {
       if (state) {  // (a refusal, such as every live slot in use, ends the stream for good)
