@@ -59,8 +59,8 @@ def latency(work: Path, mirrors: int, patches: int, rate: float) -> None:
             next_at = time.perf_counter()
             for i in range(patches):
                 time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the load, not synchronising
-                patch_id = acme.publish(GRAPH, _version(i + 2))
-                sent[patch_id] = time.perf_counter()
+                started = time.perf_counter()  # (before the publish: a mirror can apply it before ACME answers)
+                sent[acme.publish(GRAPH, _version(i + 2))] = started
                 next_at += 1 / rate
             complete = all(s.wait(list(sent), 120) for s in streams)
             for stream in streams:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -25,6 +26,12 @@ def test_the_two_hub_demo_verifies_everything_and_reports(run_cli, tmp_path: Pat
     assert "mirror isomorphic to source     yes" in report
     assert "patches published               5" in report
     assert "verified and applied at Globex  4" in report and "quarantined at Globex           1" in report
+    # publish-to-mirror latency is counted from the publish: it cannot be negative (it was, when
+    # counted from ACME's answer, which a fast mirror can beat)
+    applied = [int(m) for m in re.findall(r"Globex verified and applied it in (-?\d+) ms", result.out)]
+    assert len(applied) == 3 and min(applied) >= 0, applied
+    latency = re.search(r"publish-to-mirror latency\s+p50 (-?\d+) ms, max (-?\d+) ms", report)
+    assert latency and int(latency.group(1)) >= 0, report
     # both hubs' data directories stay: the partner's archive holds the publisher's patches
     assert (tmp_path / "hubs" / "acme" / "lucid-hub.db").is_file()
     assert (tmp_path / "hubs" / "globex" / "lucid-hub.db").is_file()
