@@ -90,6 +90,9 @@ def test_the_console_pages_render_read_well_and_fail_no_request(browser: Any, ui
     made = hub.http.post(f"{hub.url}/subscriptions", timeout=30,  # (the queries page has a row, with results)
                          json={"sparql": f"SELECT ?s ?p ?o WHERE {{ GRAPH <{G}> {{ ?s ?p ?o }} }}"})
     assert made.status_code == 201, made.text
+    from tests.rules.test_rules import CHAIN, add_rules
+
+    add_rules(hub, CHAIN)  # (the rules page has rules, their triggering graph drawn, and a change)
 
     browser.get(f"{hub.url}/admin/ui/overview")
     assert "/admin/ui/login" in browser.current_url  # signed out: to the sign-in page

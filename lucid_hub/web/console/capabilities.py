@@ -31,6 +31,7 @@ FIRINGS = 500  # the newest firings the rules page counts outcomes over
 SHOWN_FIRINGS = 50  # and lists
 GRAPHS = 50  # graphs whose receipts the inboxes page shows
 CHANGES = 20  # the newest changes of the rule set the rules page lists
+NODE_GAP = 4.5  # from a node's centre to where the triggering graph's arrows start and end (radius 3.5, a gap)
 
 
 def _triggering(edges: list[tuple[str, str]], names: list[str], cycles: list[tuple[str, ...]]) -> dict[str, Any]:
@@ -44,6 +45,11 @@ def _triggering(edges: list[tuple[str, str]], names: list[str], cycles: list[tup
     lines = []
     for a, b in edges:
         (x1, y1), (x2, y2) = spots[a], spots[b]
+        dx, dy = x2 - x1, y2 - y1
+        length = math.hypot(dx, dy)
+        if length > 2 * NODE_GAP:  # (the arrow ends at the node's rim, its head not hidden under the node)
+            x1, y1 = x1 + dx * NODE_GAP / length, y1 + dy * NODE_GAP / length
+            x2, y2 = x2 - dx * NODE_GAP / length, y2 - dy * NODE_GAP / length
         lines.append({"x1": round(x1, 2), "y1": round(y1, 2), "x2": round(x2, 2), "y2": round(y2, 2),
                       "cycle": a in on_cycle and b in on_cycle, "self": a == b, "title": f"{a} can raise {b}"})
     nodes = [{"x": round(x, 2), "y": round(y, 2), "name": name, "label": str(i + 1), "cycle": name in on_cycle}
