@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import quote
 
 from lucid_hub.errors import LogUnavailableError
@@ -37,12 +38,12 @@ def _when(value: str | datetime | None) -> datetime | None:
     return aware(value) if value else None
 
 
-def attention(hub: HubParts) -> list[Item]:
+def attention(hub: HubParts, mirrors: list[dict[str, Any]] | None = None) -> list[Item]:
     """Everything that needs attention now, the most pressing kinds first."""
     items: list[Item] = []
     items += _health(hub)
     items += _subscribers(hub)
-    items += _mirrors(hub)
+    items += _mirrors(hub, hub.mirror_registry.list() if mirrors is None else mirrors)
     items += _roles(hub)
     items += _rules(hub)
     items += _queries(hub)
@@ -132,12 +133,12 @@ def _subscribers(hub: HubParts) -> list[Item]:
     return out
 
 
-def _mirrors(hub: HubParts) -> list[Item]:
+def _mirrors(hub: HubParts, mirrors: list[dict[str, Any]]) -> list[Item]:
     """Mirrors with quarantined patches, not active, whose rounds fail, or behind their
     publisher (as it said at the last asking: mirror/lags.py)."""
     out = []
     stuck = hub.mirrors.stuck()
-    for m in hub.mirror_registry.list():
+    for m in mirrors:
         if m["quarantined"]:
             out.append(Item("Patches quarantined", f"{m['graph']}: {m['quarantined']} ({m['last_error']})", "mirrors"))
         if m["state"] != "active":

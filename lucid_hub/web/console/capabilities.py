@@ -106,8 +106,7 @@ def _hub() -> dict[str, Any]:
             "max_lag": hub.settings.ready_max_lag, "replicas": hub.replicas.all() if hub.replicas is not None else [],
             "topic": getattr(hub.log, "topic", None),  # (Kafka's; the embedded log has none)
             "outbox": waiting, "outbox_since": oldest, "relayed_by_archive": hub.log.written_by_archive,
-            "stores": stores, "key": {"kid": hub.keys.active().kid, "age": key_age_days(hub.keys.active_path),
-                                      "retired": len(hub.keys.retired()), "due": KEY_AGE_DAYS}}
+            "stores": stores}
 
 
 def _hub_signature(state: dict[str, Any]) -> object:
@@ -125,9 +124,12 @@ def _hub_signature(state: dict[str, Any]) -> object:
 @ui.get("/hub")
 def hub_page() -> Any:
     """This process's background roles, the leadership lease and this replica's store."""
-    state = _hub()
-    return render_template("hub.html", **state, version=version(_hub_signature(state)), report_every=REPORT_EVERY,
-                           silent=int(SILENT.total_seconds()))
+    hub, state = runtime(), _hub()
+    # (the key files are read once a page load, not at each of its stream's looks)
+    key = {"kid": hub.keys.active().kid, "age": key_age_days(hub.keys.active_path),
+           "retired": len(hub.keys.retired()), "due": KEY_AGE_DAYS}
+    return render_template("hub.html", **state, key=key, version=version(_hub_signature(state)),
+                           report_every=REPORT_EVERY, silent=int(SILENT.total_seconds()))
 
 
 def _queries() -> dict[str, Any]:

@@ -31,8 +31,9 @@ from lucid_hub.web.parts import HubParts
 def _overview_update(hub: HubParts) -> tuple[dict[str, Any], dict[str, Chart]]:
     """The overview's moving figures and charts, and the version of its attention list (when
     it differs from the page's, the page fetches its list again)."""
-    figures, charts = overview_figures(hub)
-    return {**figures, "attention": version(attention(hub))}, charts
+    mirrors = hub.mirror_registry.list()  # (one read for both)
+    figures, charts = overview_figures(hub, mirrors)
+    return {**figures, "attention": version(attention(hub, mirrors))}, charts
 
 
 @ui.get("/overview/events")
@@ -46,7 +47,7 @@ def overview() -> Any:
     hub = runtime()
     graphs, total_graphs = hub.archive.graph_page(0, 10, internal=False)
     mirrors = hub.mirror_registry.list()
-    items = attention(hub)
+    items = attention(hub, mirrors)
     figures, charts = overview_figures(hub, mirrors)
     return render_template("overview.html", graphs=graphs, total_graphs=total_graphs, attention=items,
                            figures=figures, charts=charts, attention_version=version(items))
