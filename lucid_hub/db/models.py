@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -219,6 +220,14 @@ class Mirror(Base):
     hmac_failures_total: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
     last_applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Its upkeep, kept here so that every replica's console sees what the leader's rounds saw:
+    # the first of the failed rounds in a row (none: the last round went well) …
+    failing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # … and how far behind its publisher it is, as the publisher last said (mirror/lags.py)
+    lag_patches: Mapped[int | None] = mapped_column(Integer)
+    lag_more: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    lag_asked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lag_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Quarantined(Base):

@@ -1,6 +1,7 @@
 """How far each mirror is behind its publisher, as the publishers last said: asked once a
-minute by the role `mirror-lag` (and whenever the console's mirrors page asks), so that the
-overview can name a mirror that stays behind without asking anyone while it renders.
+minute by the leader's role `mirror-lag` (and whenever the console's mirrors page asks), kept in
+the mirror's row, so that every replica's overview can name a mirror that stays behind without
+asking anyone while it renders.
 
 A mirror is "behind" when two askings at least BEHIND_FOR seconds apart both found patches
 after its head: a delivery in flight (a patch or two for a second) is not named, a publisher
@@ -8,9 +9,15 @@ that stopped delivering is."""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+
+from lucid_hub.db.models import Mirror
+from lucid_hub.db.session import Database
+from lucid_hub.db.times import aware
 
 EVERY = 60.0  # seconds between two askings of every active mirror's publisher
 BEHIND_FOR = 30.0  # a lag seen this long (two askings) makes the mirror behind
@@ -28,27 +35,51 @@ class Lag:
         return self.since is not None and self.asked - self.since >= BEHIND_FOR
 
 
-class Lags:
-    """The publishers' last word on each mirror's lag (in this process)."""
+def _at(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lags: dict[str, Lag] = {}
+
+def _seconds(at: datetime | None) -> float | None:
+    return None if at is None else aware(at).timestamp()
+
+
+def _lag(row: Mirror) -> Lag | None:
+    if row.lag_patches is None or row.lag_asked_at is None:
+        return None
+    return Lag(row.lag_patches, bool(row.lag_more), aware(row.lag_asked_at).timestamp(), _seconds(row.lag_since))
+
+
+class Lags:
+    """The publishers' last word on each mirror's lag, in the mirrors' rows."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def record(self, mirror_id: str, patches: int, more: bool, at: float | None = None) -> Lag:
+        """One asking's answer; the lag keeps the time it was first seen while it lasts."""
         at = time.time() if at is None else at
-        with self._lock:
-            before = self._lags.get(mirror_id)
+        with self.db.session() as session:
+            before = session.get(Mirror, mirror_id)
             since = None
-            if patches or more:
-                since = before.since if before is not None and before.since is not None else at
-            lag = self._lags[mirror_id] = Lag(patches, more, at, since)
-        return lag
+            if (patches or more) and before is not None:
+                previous = _lag(before)
+                since = previous.since if previous is not None and previous.since is not None else at
+            session.execute(update(Mirror).where(Mirror.id == mirror_id).values(
+                lag_patches=patches, lag_more=more, lag_asked_at=_at(at), lag_since=_at(since)))
+        return Lag(patches, more, at, since)
 
     def forget(self, mirror_id: str) -> None:
-        with self._lock:
-            self._lags.pop(mirror_id, None)
+        with self.db.session() as session:
+            session.execute(update(Mirror).where(Mirror.id == mirror_id, Mirror.lag_asked_at.is_not(None)).values(
+                lag_patches=None, lag_more=False, lag_asked_at=None, lag_since=None))
 
     def of(self, mirror_id: str) -> Lag | None:
-        with self._lock:
-            return self._lags.get(mirror_id)
+        with self.db.session() as session:
+            row = session.get(Mirror, mirror_id)
+            return None if row is None else _lag(row)
+
+    def all(self) -> dict[str, Lag]:
+        """Every mirror's last word (mirror id -> lag), in one read."""
+        with self.db.session() as session:
+            return {row.id: lag for row in session.scalars(select(Mirror).where(Mirror.lag_asked_at.is_not(None)))
+                    if (lag := _lag(row)) is not None}

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import requests
@@ -49,6 +50,7 @@ class Rounds:
         self._running: set[str] = set()  # mirrors whose round is under way (one at a time each)
         self._caught_up: set[str] = set()  # mirrors caught up since start (or since their keys were pinned again)
         self._failures: dict[str, int] = {}  # failed rounds in a row, for each mirror's back-off
+        self._told: dict[str, bool] = {}  # whether each mirror's row says it is failing, as this process set it
         self._not_before: dict[str, float] = {}  # when a failing mirror is tried again (monotonic)
         self._pins: dict[str, str] = {}  # each mirror's pinned JWKS, as the last round saw it
 
@@ -82,11 +84,11 @@ class Rounds:
         return (pending is None or bool(pending)) and \
             time.monotonic() - self._started_at < self.settings.mirror_round_seconds
 
-    def stuck(self) -> dict[str, str]:
-        """Mirrors whose last round failed (graph -> the reason): what /readyz reports beside
-        "ready", since one partner's trouble is not the hub's."""
-        failing = [mirror_id for mirror_id, count in self._failures.items() if count]
-        return self.rows.errors(failing) if failing else {}
+    def stuck(self) -> dict[str, tuple[str, datetime]]:
+        """Mirrors whose last round failed (graph -> the reason, failing since): what /readyz
+        reports beside "ready", since one partner's trouble is not the hub's. From the rows, so
+        every replica knows what the leader's rounds found."""
+        return self.rows.failing()
 
     def schedule(self) -> None:
         """Start a round for each mirror that has none under way and is not backing off. Each
@@ -110,6 +112,9 @@ class Rounds:
         failed = done.cancelled() or done.exception() is not None or not done.result()
         if done.exception() is not None:
             log.error("mirror %s: maintenance failed", mirror_id, exc_info=done.exception())
+        # the row says so at a change (the first failure; the first success after failures, or
+        # since this process started: another leader may have left the row failing)
+        tell = self._told.get(mirror_id) is not failed
         if failed:  # tried again after 2, 4, 8 … s (jittered), LUCID_MIRROR_MAX_BACKOFF at most
             count = self._failures[mirror_id] = self._failures.get(mirror_id, 0) + 1
             delay = min(self.settings.mirror_max_backoff, 2.0 ** min(count, 30))
@@ -120,6 +125,13 @@ class Rounds:
         if self._first_pending is not None:
             self._first_pending.discard(mirror_id)
         self._running.discard(mirror_id)
+        if tell:
+            try:
+                self.rows.set_failing(mirror_id, failed)
+                self._told[mirror_id] = failed
+            except Exception as exc:  # the database away: told after the next round
+                self._told.pop(mirror_id, None)
+                log.warning("mirror %s: could not note its round's outcome: %s", mirror_id, exc)
 
     def _round(self, mirror_id: str, state: str, renew_at: Any, jwks: str) -> bool:
         """One mirror's maintenance: subscribe when new, renew a lease that is half over,

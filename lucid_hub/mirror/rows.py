@@ -7,7 +7,7 @@ in another process, and must never be undone by a round that read the row before
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -42,11 +42,21 @@ class MirrorRows:
             return [(r.id, r.state, aware(r.renew_at) if r.renew_at is not None else None, r.jwks)
                     for r in session.scalars(select(Mirror))]
 
-    def errors(self, mirror_ids: list[str]) -> dict[str, str]:
-        """graph -> last error, for these mirrors."""
+    def failing(self) -> dict[str, tuple[str, datetime]]:
+        """graph -> (last error, failing since), for the mirrors whose last round failed."""
         with self.db.session() as session:
-            return {row.graph: row.last_error
-                    for row in session.scalars(select(Mirror).where(Mirror.id.in_(mirror_ids)))}
+            rows = session.execute(select(Mirror.graph, Mirror.last_error, Mirror.failing_since)
+                                   .where(Mirror.failing_since.is_not(None))).all()
+        return {graph: (error, aware(since)) for graph, error, since in rows if since is not None}
+
+    def set_failing(self, mirror_id: str, failing: bool) -> None:
+        """A round failed (the first of a row of failures is kept), or one went well."""
+        with self.db.session() as session:
+            if failing:
+                session.execute(update(Mirror).where(Mirror.id == mirror_id, Mirror.failing_since.is_(None))
+                                .values(failing_since=now()))
+            else:
+                session.execute(update(Mirror).where(Mirror.id == mirror_id).values(failing_since=None))
 
     def subscribing(self, mirror_id: str, retry_seconds: float) -> None:
         """A (re)subscription is asked for: asked again after `retry_seconds` unless verified."""

@@ -23,6 +23,7 @@ import hmac
 import logging
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from lucid_hub.archive import Archive
@@ -63,7 +64,7 @@ class MirrorService:
         self._stop = threading.Event()
         http = self.http = _http(AddressPolicy.of(settings))
         self.rows = MirrorRows(db)
-        self.lags = Lags()
+        self.lags = Lags(db)
         receipts = Receipts(settings.public_url, settings.mirror_receipts)
         self.catchup = CatchUp(settings, self.rows, archive, publisher, canonicalizer, http, self._stop)
         self.subscriptions = Subscriptions(settings, self.rows, http, mirrored, receipts, self.catchup.forget)
@@ -99,8 +100,8 @@ class MirrorService:
         """Whether mirrors are still catching up after a start (see `Rounds.catching_up`)."""
         return self.rounds.catching_up
 
-    def stuck(self) -> dict[str, str]:
-        """Mirrors whose last round failed (graph -> the reason)."""
+    def stuck(self) -> dict[str, tuple[str, datetime]]:
+        """Mirrors whose last round failed (graph -> the reason, failing since)."""
         return self.rounds.stuck()
 
     # --- the publisher's hub calls us --------------------------------------------------

@@ -60,7 +60,7 @@ def readyz() -> Response:
             return plain(503, f"catching up: the store {sync.store.name} is {behind} patches behind the "
                               f"archive (ready at {hub.settings.ready_max_lag} or fewer)")
     # A partner's trouble is its mirror's, not the hub's: named, and still ready.
-    stuck = "".join(f"; mirror of <{graph}> is not following: {reason}" for graph, reason in
+    stuck = "".join(f"; mirror of <{graph}> is not following: {reason}" for graph, (reason, _since) in
                     sorted(hub.mirrors.stuck().items()))
     for sync in hub.remotes:
         stuck += "".join(f"; {reason}" for _graph, reason in sorted(sync.refused.items()))

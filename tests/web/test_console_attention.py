@@ -7,6 +7,7 @@ started again at the same address."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import requests
@@ -16,8 +17,10 @@ from tests.conftest import ADMIN_PASSWORD, RunningHub, running_hub
 from tests.mirror.test_mirror import DEV, G, add_mirror, mirror, publish, version, wait
 
 
-def signed_in(hub: RunningHub) -> requests.Session:
-    AdminAccounts(hub.runtime.db).create("alice", ADMIN_PASSWORD)
+def signed_in(hub: RunningHub, *, create: bool = True) -> requests.Session:
+    """A session of the admin alice (`create`: her account made first; a replica of a hub shares it)."""
+    if create:
+        AdminAccounts(hub.runtime.db).create("alice", ADMIN_PASSWORD)
     web = requests.Session()
     csrf = re.search(r'name="csrf" value="([^"]+)"', web.get(f"{hub.url}/admin/ui/login", timeout=30).text)
     assert csrf is not None
@@ -161,7 +164,10 @@ def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleare
         tmp_path: Path) -> None:
     """The subscriber's side: the publisher holds back deliveries (its subscription not due), so
     the mirror falls behind; the role `mirror-lag` asks the publisher, and two askings apart
-    name the mirror on the overview; deliveries again, the next asking clears it."""
+    name the mirror on the overview, the leader's and another replica's (which keeps no mirror:
+    it reads what the leader found); deliveries again, the next asking clears it. A round that
+    fails is named on both as the mirror's upkeep failing, since then, until one goes well."""
+    from concurrent.futures import Future
     from datetime import UTC, datetime, timedelta
 
     from sqlalchemy import update
@@ -171,8 +177,10 @@ def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleare
 
     with running_hub(tmp_path / "acme", f"sqlite:///{tmp_path / 'acme.db'}", DEV) as publisher:
         publish(publisher, version(0))
-        with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
-            web = signed_in(partner)
+        with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner, \
+                running_hub(tmp_path / "globex-2", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as replica:
+            assert partner.runtime.leader and not replica.runtime.leader
+            web, other = signed_in(partner), signed_in(replica, create=False)
             add_mirror(publisher, partner)
             wait(lambda: mirror(partner)["state"] == "active" and mirror(partner)["head"] == publisher.runtime.archive.head(G))
             service = partner.runtime.mirrors
@@ -194,11 +202,31 @@ def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleare
             shown = attention(web, partner)
             assert "Mirror behind its publisher" in shown and f"{G}: 1 patches after its head" in shown, shown
             assert publisher.url in shown and "since" in shown
+            assert f"{G}: 1 patches after its head" in attention(other, replica)
             with publisher.runtime.db.session() as session:  # deliveries again
                 session.execute(update(Subscription).values(next_attempt_at=datetime.now(UTC)))
             wait(lambda: mirror(partner)["head"] == head, timeout=60)
             service.ask_lags()
-            assert "Mirror behind" not in attention(web, partner)
+            assert "Mirror behind" not in attention(web, partner) and "Mirror behind" not in attention(other, replica)
+            assert "Nothing" in attention(web, partner)
+
+            rounds = service.rounds
+
+            def round_ended(went_well: bool) -> None:  # a round's outcome, as the leader's rounds take it
+                rounds._not_before[mirror_id] = time.monotonic() + 3600  # the leader's own rounds held off …
+                wait(lambda: mirror_id not in rounds._running)  # … and the one under way ended
+                outcome: Future[bool] = Future()
+                outcome.set_result(went_well)
+                rounds._running.add(mirror_id)
+                rounds._round_ended(mirror_id, outcome)
+                if not went_well:
+                    rounds._not_before[mirror_id] = time.monotonic() + 3600
+
+            round_ended(False)
+            for page in (attention(web, partner), attention(other, replica)):
+                assert "Mirror&#39;s upkeep failing" in page and "since" in page, page
+            round_ended(True)
+            assert "upkeep failing" not in attention(other, replica)
             assert "Nothing" in attention(web, partner)
 
 

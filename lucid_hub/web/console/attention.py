@@ -137,7 +137,7 @@ def _mirrors(hub: HubParts, mirrors: list[dict[str, Any]]) -> list[Item]:
     """Mirrors with quarantined patches, not active, whose rounds fail, or behind their
     publisher (as it said at the last asking: mirror/lags.py)."""
     out = []
-    stuck = hub.mirrors.stuck()
+    stuck, lags = hub.mirrors.stuck(), hub.mirrors.lags.all()
     for m in mirrors:
         if m["quarantined"]:
             out.append(Item("Patches quarantined", f"{m['graph']}: {m['quarantined']} ({m['last_error']})", "mirrors"))
@@ -146,8 +146,9 @@ def _mirrors(hub: HubParts, mirrors: list[dict[str, Any]]) -> list[Item]:
             out.append(Item(f"Mirror {m['state']}", f"{m['graph']} from {m['hub']}{reason}", "mirrors"))
             continue
         if m["graph"] in stuck:
-            out.append(Item("Mirror's upkeep failing", f"{m['graph']} from {m['hub']}: {stuck[m['graph']]}", "mirrors"))
-        lag = hub.mirrors.lags.of(m["id"])
+            reason, since = stuck[m["graph"]]
+            out.append(Item("Mirror's upkeep failing", f"{m['graph']} from {m['hub']}: {reason}", "mirrors", since))
+        lag = lags.get(m["id"])
         if lag is not None and lag.behind and lag.since is not None:
             count = f"{lag.patches}{' or more' if lag.more else ''}"
             out.append(Item("Mirror behind its publisher", f"{m['graph']}: {count} patches after its head, as "
