@@ -23,6 +23,8 @@ from lucid_hub.db.times import aware, now
 REPORT_EVERY = 5.0
 SILENT = timedelta(seconds=30)
 FORGET = timedelta(days=1)
+NOTES = 50  # notes a report carries at most (a flood of refused senders stays a bounded row)
+NOTE_CHARS = 1_000  # and characters of each note's text
 
 
 class Replicas:
@@ -33,11 +35,14 @@ class Replicas:
         self.name = f"{replica}/{os.getpid()}"
         self.started = now()
 
-    def report(self, lag: int, leader: bool, failing: list[str]) -> None:
-        """This process's word on itself now (and the reports of replicas long gone pruned)."""
+    def report(self, lag: int, leader: bool, failing: list[str], notes: list[dict[str, str]] | None = None) -> None:
+        """This process's word on itself now (and the reports of replicas long gone pruned).
+        `notes`: what needs attention that only this process knows (string fields each)."""
         at = now()
+        kept = [{key: str(value)[:NOTE_CHARS] for key, value in note.items()} for note in (notes or [])[:NOTES]]
         values = {"host": socket.gethostname()[:255], "version": __version__, "started_at": self.started,
-                  "seen_at": at, "lag": lag, "leader": leader, "failing": json.dumps(sorted(failing))}
+                  "seen_at": at, "lag": lag, "leader": leader, "failing": json.dumps(sorted(failing)),
+                  "notes": json.dumps(kept)}
         statement = self.db.insert(ReplicaReport).values(name=self.name, **values)
         with self.db.write() as conn:
             conn.execute(statement.on_conflict_do_update(index_elements=[ReplicaReport.name], set_=values))
@@ -55,12 +60,13 @@ class Replicas:
             rows = conn.execute(select(ReplicaReport).order_by(ReplicaReport.leader.desc(), ReplicaReport.name)).all()
         return [{"name": r.name, "host": r.host, "version": r.version, "started": aware(r.started_at),
                  "seen": aware(r.seen_at), "silent": aware(r.seen_at) < at - SILENT, "lag": r.lag,
-                 "leader": r.leader, "failing": json.loads(r.failing), "this": r.name == self.name}
+                 "leader": r.leader, "failing": json.loads(r.failing), "notes": json.loads(r.notes or "[]"),
+                 "this": r.name == self.name}
                 for r in rows]
 
 
 def reporter(replicas: Replicas, lag: Callable[[], int], leader: Callable[[], bool],
-             failing: Callable[[], list[str]]) -> Callable[[], None]:
+             failing: Callable[[], list[str]], notes: Callable[[], list[dict[str, str]]]) -> Callable[[], None]:
     """The role `replica-report`'s round."""
-    return lambda: replicas.report(lag(), leader(), failing())
+    return lambda: replicas.report(lag(), leader(), failing(), notes())
 

@@ -114,6 +114,9 @@ class Runtime:
     rule_offers: RuleOffers | None = None
     # Every replica's report of itself (lucid_hub.replicas): this process's, once start() ran.
     replicas: Replicas | None = None
+    # What needs attention that only this process's memory holds, for its report: each source
+    # by name (the console's: web/console/attention.py `notes`, set by the app).
+    notes_from: dict[str, Callable[[], list[dict[str, str]]]] = field(default_factory=dict)
 
     def _keep_lease(self) -> None:
         """The role `leadership`: renew the lease; where the hub serves, take it when it is free
@@ -150,7 +153,9 @@ class Runtime:
             self.replicas = Replicas(self.db, replica_id(self.settings.data_dir))
             self.roles.add("replica-report", reporter(
                 self.replicas, self.publisher.sync.lag, lambda: self.leader,
-                lambda: [r.name for r in self.roles.all() if r.failures_in_a_row]), every=REPORT_EVERY)
+                lambda: [r.name for r in self.roles.all() if r.failures_in_a_row],
+                lambda: [note for source in list(self.notes_from.values()) for note in source()]),
+                every=REPORT_EVERY)
             self.roles.start()
         if self.candidate:
             self.start_metrics_listener()

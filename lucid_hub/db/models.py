@@ -476,3 +476,5 @@ class ReplicaReport(Base):
     lag: Mapped[int] = mapped_column(Integer)  # its store's patches behind the archive
     leader: Mapped[bool] = mapped_column(Boolean)
     failing: Mapped[str] = mapped_column(Text)  # JSON: its background roles whose last rounds failed
+    # JSON: what needs attention that only its memory holds (web/console/attention.py `local`)
+    notes: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")

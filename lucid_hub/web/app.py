@@ -26,6 +26,7 @@ from lucid_hub.web import (
     windows,
 )
 from lucid_hub.web.bodies import BoundedRequest
+from lucid_hub.web.console.attention import notes
 from lucid_hub.web.parts import HubParts
 
 
@@ -51,4 +52,7 @@ def create_app(settings: Settings, runtime: HubParts) -> Flask:
                       registration.blueprint, jsap.blueprint):
         app.register_blueprint(blueprint)
     queries.sock.init_app(app)
+    # what only this process knows needs attention goes into its replica report (the console
+    # of every replica names it): the console's judgement, so the app hands it to the runtime
+    runtime.notes_from["console"] = lambda: notes(runtime)
     return app

@@ -3,6 +3,7 @@ builds and hands to `create_app`. A port, so that the surfaces never import the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from lucid_hub.archive import Archive
@@ -66,6 +67,7 @@ class HubParts(Protocol):
     rule_offers: RuleOffers | None
     leadership: Leadership | None
     replicas: Replicas | None
+    notes_from: dict[str, Callable[[], list[dict[str, str]]]]
     leader: bool
 
     def database_answers(self) -> None:

@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
 from lucid_hub.auth.admins import AdminAccounts
@@ -240,12 +241,14 @@ def test_every_replica_shows_on_the_hub_page_and_one_behind_failing_or_silent_is
 
     from lucid_hub.db.models import ReplicaReport
     from lucid_hub.db.times import now
+    from lucid_hub.errors import RateLimitedError
     from lucid_hub.replicas import SILENT, Replicas
 
     db_url = f"sqlite:///{tmp_path / 'hub.db'}"
-    with running_hub(tmp_path / "one", db_url, DEV) as hub:
+    env = {**DEV, "LUCID_INBOX_RATE": "2"}
+    with running_hub(tmp_path / "one", db_url, env) as hub:
         web = signed_in(hub)
-        with running_hub(tmp_path / "two", db_url, DEV) as second:
+        with running_hub(tmp_path / "two", db_url, env) as second:
             assert hub.runtime.replicas is not None and second.runtime.replicas is not None
             names = {hub.runtime.replicas.name, second.runtime.replicas.name}
             wait(lambda: {r["name"] for r in hub.runtime.replicas.all()} >= names)  # type: ignore[union-attr]
@@ -255,16 +258,29 @@ def test_every_replica_shows_on_the_hub_page_and_one_behind_failing_or_silent_is
             assert page.index(f'data-replica="{hub.runtime.replicas.name}"') < page.index(
                 f'data-replica="{second.runtime.replicas.name}"')  # the leader first
             assert "(this process)" in page and "Replica" not in attention(web, hub)
+            # what only the second's memory holds: its inbox refused a sender over the rate
+            for _ in range(2):
+                second.runtime.inbox.limiter.take("https://flood.example/")
+            with pytest.raises(RateLimitedError):
+                second.runtime.inbox.limiter.take("https://flood.example/")
+            told = f"(as the replica {second.runtime.replicas.name} saw it)"
+            wait(lambda: told in attention(web, hub), timeout=30)  # at its next report (every 5 s)
+            shown = attention(web, hub)
+            assert "Inbox refusing a sender" in shown and "https://flood.example/: 1 notifications refused" in shown
+            assert not hub.runtime.inbox.limiter.refusals(0)  # (the page's own process refused nobody)
         wait(lambda: second.runtime.replicas.name not in {r["name"] for r in hub.runtime.replicas.all()})  # type: ignore[union-attr]
-        # a third process's word: far behind, its relay failing; then it goes silent
+        assert "Inbox refusing" not in attention(web, hub)  # gone with its report
+        # a third process's word: far behind, its relay failing, its store not written; then it goes silent
         third = Replicas(hub.runtime.db, "replica-three")
-        third.report(hub.runtime.settings.ready_max_lag + 1, False, ["relay"])
+        third.report(hub.runtime.settings.ready_max_lag + 1, False, ["relay"], [
+            {"what": "Your store kg is not written", "detail": "graphdb: 503", "link": "hub#stores", "since": ""}])
         shown = attention(web, hub)
         assert "Replica behind" in shown and "replica-three/" in shown and "Background work failing on another replica" in shown
+        assert "Your store kg is not written" in shown and f"graphdb: 503 (as the replica {third.name} saw it)" in shown
         with hub.runtime.db.session() as session:  # its last report, as if long ago
             session.execute(update(ReplicaReport).where(ReplicaReport.name == third.name)
                             .values(seen_at=now() - SILENT - timedelta(seconds=1)))
         shown = attention(web, hub)
-        assert "Replica silent" in shown and "Replica behind" not in shown, shown
+        assert "Replica silent" in shown and "Replica behind" not in shown and "Your store kg" not in shown, shown
         third.leave()
         assert "Replica" not in attention(web, hub)

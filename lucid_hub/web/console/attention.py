@@ -41,14 +41,16 @@ def _when(value: str | datetime | None) -> datetime | None:
 def attention(hub: HubParts, mirrors: list[dict[str, Any]] | None = None) -> list[Item]:
     """Everything that needs attention now, the most pressing kinds first."""
     items: list[Item] = []
-    items += _health(hub)
+    replicas = hub.replicas.all() if hub.replicas is not None else []
+    items += _health(hub, replicas)
     items += _subscribers(hub)
     items += _mirrors(hub, hub.mirror_registry.list() if mirrors is None else mirrors)
     items += _roles(hub)
     items += _rules(hub)
     items += _queries(hub)
-    items += _stores(hub)
-    items += _inboxes(hub)
+    mine = local(hub)
+    items += mine
+    items += _told_by_others(replicas, mine)
     age = key_age_days(hub.keys.active_path)
     if age >= KEY_AGE_DAYS:
         items.append(Item("Signing key due for rotation", f"in use for {age} days (lucid-hub keys rotate)",
@@ -56,8 +58,8 @@ def attention(hub: HubParts, mirrors: list[dict[str, Any]] | None = None) -> lis
     return items
 
 
-def _health(hub: HubParts) -> list[Item]:
-    """The hub's own: its patch log, this replica's store, the leadership lease."""
+def _health(hub: HubParts, replicas: list[dict[str, Any]]) -> list[Item]:
+    """The hub's own: its patch log, this replica's store, the other replicas, the leadership lease."""
     out = []
     try:
         hub.log.check(timeout=LOG_TIMEOUT)
@@ -72,7 +74,7 @@ def _health(hub: HubParts) -> list[Item]:
     lag = hub.publisher.sync.lag()
     if lag > hub.settings.ready_max_lag:
         out.append(Item("This replica is behind", f"its store is {lag} patches behind the archive", "hub"))
-    for replica in hub.replicas.all() if hub.replicas is not None else []:
+    for replica in replicas:
         if replica["this"]:
             continue  # (this process's own: above, and its roles below)
         name = replica["name"]
@@ -86,12 +88,6 @@ def _health(hub: HubParts) -> list[Item]:
         if replica["failing"]:
             out.append(Item("Background work failing on another replica", f"{name}: {', '.join(replica['failing'])}",
                             "hub", replica["seen"]))
-    flaps = hub.leadership.flapping() if hub.leadership is not None else []
-    if flaps:
-        out.append(Item("Leadership flapping", f"the lease changed hands {len(flaps)} times in "
-                        f"{FLAPPING_WINDOW / 60:.0f} minutes (epoch {flaps[0][1]} to {flaps[-1][1]}): a database too "
-                        "slow for LUCID_LEADER_LEASE_SECONDS, or processes fighting over it; each handover pauses the "
-                        "relay", "hub", datetime.fromtimestamp(flaps[0][0], UTC)))
     lease = lease_of(hub.db)
     if lease is not None and lease[2] < time.time():
         holder, epoch, expires = lease
@@ -99,6 +95,44 @@ def _health(hub: HubParts) -> list[Item]:
                         "patches, delivers or evaluates until one takes it", "hub",
                         datetime.fromtimestamp(expires, UTC)))
     return out
+
+
+def local(hub: HubParts) -> list[Item]:
+    """What needs attention that only this process's memory holds: the handovers it saw, its
+    stores' rounds (the leader's), its inboxes' refusals. Its report tells the other replicas
+    (`notes`), so a page any replica renders names them."""
+    return _flapping(hub) + _stores(hub) + _inboxes(hub)
+
+
+def notes(hub: HubParts) -> list[dict[str, str]]:
+    """`local` as this process's report carries it."""
+    return [{"what": i.what, "detail": i.detail, "link": i.link, "since": i.since.isoformat() if i.since else ""}
+            for i in local(hub)]
+
+
+def _told_by_others(replicas: list[dict[str, Any]], mine: list[Item]) -> list[Item]:
+    """The other replicas' notes (as their last reports said; a silent one is named as such)."""
+    out, seen = [], {(i.what, i.detail) for i in mine}
+    for replica in replicas:
+        if replica["this"] or replica["silent"]:
+            continue
+        for note in replica["notes"]:
+            if (note.get("what"), note.get("detail")) in seen:
+                continue
+            seen.add((note.get("what"), note.get("detail")))
+            out.append(Item(str(note.get("what", "")), f"{note.get('detail', '')} (as the replica {replica['name']} "
+                            "saw it)", str(note.get("link", "")), _when(note.get("since") or None)))
+    return out
+
+
+def _flapping(hub: HubParts) -> list[Item]:
+    flaps = hub.leadership.flapping() if hub.leadership is not None else []
+    if not flaps:
+        return []
+    return [Item("Leadership flapping", f"the lease changed hands {len(flaps)} times in "
+                 f"{FLAPPING_WINDOW / 60:.0f} minutes (epoch {flaps[0][1]} to {flaps[-1][1]}): a database too "
+                 "slow for LUCID_LEADER_LEASE_SECONDS, or processes fighting over it; each handover pauses the "
+                 "relay", "hub", datetime.fromtimestamp(flaps[0][0], UTC))]
 
 
 def _inboxes(hub: HubParts) -> list[Item]:
@@ -200,7 +234,7 @@ def _queries(hub: HubParts) -> list[Item]:
 
 def _stores(hub: HubParts) -> list[Item]:
     out = []
-    for store in hub.remotes:  # (the leader's last rounds: a follower's page shows none)
+    for store in hub.remotes:  # (the leader's last rounds: the others know them from its notes)
         if store.problem:
             out.append(Item(f"Your store {store.store.config.name} is not written", store.problem, "hub#stores"))
         elif store.behind >= LAGGING:
