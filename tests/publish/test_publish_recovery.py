@@ -382,7 +382,7 @@ def test_a_stalled_relay_is_named_on_the_overview_and_cleared_when_it_moves(tmp_
         assert patch is not None
         count, oldest = backlog(runtime.db)
         assert count == 1 and oldest is not None
-        assert not [i for i in attention(runtime) if i.what == "Relay stalled"]  # (just archived: a round away)
+        assert not [i for i in attention(runtime) if i.what in ("Relay stalled", "Patch log unreachable")]  # (just archived: a round away)
         with runtime.db.session() as session:  # as if archived two minutes ago
             session.execute(update(PatchRecord).values(created=datetime.now(UTC) - timedelta(minutes=2)))
         (item,) = [i for i in attention(runtime) if i.what == "Relay stalled"]
@@ -392,5 +392,22 @@ def test_a_stalled_relay_is_named_on_the_overview_and_cleared_when_it_moves(tmp_
         assert runtime.publisher.relay.move() == 1
         assert backlog(runtime.db) == (0, None)
         assert not [i for i in attention(runtime) if i.what == "Relay stalled"]
+    finally:
+        runtime.close()
+
+
+def test_a_patch_log_that_does_not_answer_is_named_on_the_overview(tmp_path: Path) -> None:
+    """Kafka down (nothing listens at the bootstrap): the overview names the patch log
+    unreachable, with the broker's reason, and links to the hub page (publishes wait in the
+    outbox meanwhile: the outage tests above)."""
+    from lucid_hub.web.console.attention import attention
+
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data"),
+                                              "LUCID_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+                                              "LUCID_KAFKA_TIMEOUT": "1"}))
+    try:
+        (item,) = [i for i in attention(runtime) if i.what == "Patch log unreachable"]
+        assert "Kafka" in item.detail and "Connection refused" in item.detail, item.detail
+        assert item.detail.endswith("patches are archived, but not relayed to partners") and item.link == "hub"
     finally:
         runtime.close()
