@@ -155,3 +155,25 @@ def test_a_lease_changing_hands_again_and_again_is_flapping_and_the_overview_say
         (item,) = [i for i in attention(hub.runtime) if i.what == "Leadership flapping"]
         assert "changed hands 3 times in 10 minutes" in item.detail and f"epoch {first + 2} to {first + 6}" in item.detail
         assert item.link == "hub" and item.since is not None
+
+
+def test_a_lease_that_ran_out_is_named_no_leader_until_a_process_takes_it(tmp_path: Path) -> None:
+    """The leader died and no candidate took over: the overview says no process relays,
+    delivers or evaluates, with the last holder and epoch; a new holder clears it."""
+    from lucid_hub.config import Settings
+    from lucid_hub.runtime import Runtime
+    from lucid_hub.web.console.attention import attention
+
+    runtime = Runtime.open(Settings.from_env({"LUCID_DATA_DIR": str(tmp_path / "data")}))
+    try:  # (opened, not started: it took the lease and does not renew it)
+        gone = runtime.leadership
+        assert gone is not None and gone.held
+        assert not [i for i in attention(runtime) if i.what == "No leader"]  # (held)
+        run_out(runtime.db)
+        (item,) = [i for i in attention(runtime) if i.what == "No leader"]
+        assert f"the lease (epoch {gone.epoch}, last held by {gone.holder}) ran out" in item.detail, item.detail
+        assert item.link == "hub" and item.since is not None
+        assert Leadership(runtime.db, 30, holder="replica-b/42").acquire()
+        assert not [i for i in attention(runtime) if i.what == "No leader"]
+    finally:
+        runtime.close()

@@ -251,6 +251,14 @@ def test_a_broker_outage_loses_nothing_and_ends_nothing(tmp_path: Path, broker: 
                 break
             deadline.wait(0.1)
         assert failures() >= 3 and hub.runtime.queries.state(spuid)[0] == "active"  # past max attempts, not ended
+        from lucid_hub.demo.processes import wait_until
+        from lucid_hub.web.console.attention import attention
+
+        def failing() -> list[str]:  # what the overview says of it
+            return [i.detail for i in attention(hub.runtime) if i.what == "Continuous query webhook failing"]
+
+        (detail,) = failing()
+        assert detail.startswith(f"{spuid} of {account} to mqtt:") and "failed attempts" in detail, detail
         broker.start()
         reader = Reader(broker, account, "acme-password", f"lucid-hub/{account}/#", session=True)
         try:
@@ -258,3 +266,4 @@ def test_a_broker_outage_loses_nothing_and_ends_nothing(tmp_path: Path, broker: 
             assert [json.loads(reader.next(timeout=60).payload)["notification"]["sequence"] for _ in range(2)] == [1, 2]
         finally:
             reader.close()
+        wait_until(lambda: not failing(), 30, "the overview no longer names the webhook once delivered")

@@ -15,7 +15,7 @@ import requests
 
 from lucid_hub.auth.admins import AdminAccounts
 from tests.conftest import ADMIN_PASSWORD, RunningHub, running_hub
-from tests.mirror.test_mirror import DEV, G, add_mirror, mirror, publish, version, wait
+from tests.mirror.test_mirror import DEV, G, _deliver, add_mirror, mirror, publish, version, wait
 
 
 def signed_in(hub: RunningHub, *, create: bool = True) -> requests.Session:
@@ -229,6 +229,18 @@ def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleare
             round_ended(True)
             assert "upkeep failing" not in attention(other, replica)
             assert "Nothing" in attention(web, partner)
+            # a delivery that does not verify is quarantined; access withdrawn revokes the mirror
+            foreign = publisher.runtime.archive.patch(head).body.replace(b'"W1"', b'"W7"')
+            assert _deliver(partner, foreign).status_code == 202
+            wait(lambda: mirror(partner)["quarantined"] == 1)
+            for page in (attention(web, partner), attention(other, replica)):
+                assert "Patches quarantined" in page and f"{G}: 1 (not verified" in page, page
+            assert publisher.http.delete(f"{publisher.url}/admin/conditions", params={"iri": "urn:c:globex-reads-kpi"},
+                                         timeout=30).status_code == 204
+            publish(publisher, version(2))  # its delivery finds the access withdrawn
+            wait(lambda: mirror(partner)["state"] == "revoked")
+            for page in (attention(web, partner), attention(other, replica)):
+                assert "Mirror revoked" in page and "access withdrawn" in page, page
 
 
 def test_every_replica_shows_on_the_hub_page_and_one_behind_failing_or_silent_is_named(tmp_path: Path) -> None:
@@ -284,3 +296,29 @@ def test_every_replica_shows_on_the_hub_page_and_one_behind_failing_or_silent_is
         assert "Replica silent" in shown and "Replica behind" not in shown and "Your store kg" not in shown, shown
         third.leave()
         assert "Replica" not in attention(web, hub)
+
+
+def test_this_replicas_store_behind_the_archive_is_named_until_it_follows(tmp_path: Path) -> None:
+    """Two processes on one database: one publishes; the other's store (not following: opened,
+    not started) is behind the archive by more than LUCID_READY_MAX_LAG, and its overview says
+    so; caught up, the item goes."""
+    from lucid_hub.config import Settings
+    from lucid_hub.rdf.msg import graph_msgs
+    from lucid_hub.runtime import Runtime
+    from lucid_hub.web.console.attention import attention
+    from tests.conftest import parse_nt
+
+    env = {"LUCID_DATABASE_URL": f"sqlite:///{tmp_path / 'hub.db'}", "LUCID_READY_MAX_LAG": "0"}
+    one = Runtime.open(Settings.from_env({**env, "LUCID_DATA_DIR": str(tmp_path / "one")}))
+    other = Runtime.open(Settings.from_env({**env, "LUCID_DATA_DIR": str(tmp_path / "other")}))
+    try:
+        assert not [i for i in attention(other) if i.what == "This replica is behind"]
+        assert one.publisher.replace(G, graph_msgs(parse_nt('<http://ex/a> <http://ex/p> "1" .\n'), one.canonicalizer),
+                                     author="t", message="") is not None
+        (item,) = [i for i in attention(other) if i.what == "This replica is behind"]
+        assert item.detail == "its store is 1 patches behind the archive" and item.link == "hub"
+        assert G in other.publisher.sync.all()
+        assert not [i for i in attention(other) if i.what == "This replica is behind"]
+    finally:
+        other.close()
+        one.close()

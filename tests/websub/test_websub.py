@@ -285,10 +285,15 @@ def test_failed_subscription_is_visible_and_can_be_redelivered(ws_hub: RunningHu
     lag = {tuple(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(metrics)
            for s in f.samples if s.name == "lucid_subscription_lag"}
     assert lag == {(("state", "failed"), ("subscription", str(sub["id"]))): 1.0}
+    from lucid_hub.web.console.attention import attention  # the overview names it, with the reason
+
+    (item,) = [i for i in attention(hub.runtime) if i.what == "Subscription failed"]
+    assert "HTTP 500" in item.detail and item.link.startswith("subscriptions") and item.since is not None, item
     again = hub.http.post(f"{hub.url}/admin/subscriptions/{sub['id']}/redeliver", params={"from": patch}, timeout=30)
     assert again.status_code == 202
     callback.wait(lambda: len(callback.deliveries) == 1)
     assert callback.deliveries[0][0]["X-Lucid-Patch-Id"] == patch and listed()[0]["state"] == "active"
+    callback.wait(lambda: not [i for i in attention(hub.runtime) if i.what.startswith("Subscri")])
     assert hub.http.post(f"{hub.url}/admin/subscriptions/999/redeliver", timeout=30).status_code == 404
 
 
