@@ -285,10 +285,12 @@ def test_every_replica_shows_on_the_hub_page_and_one_behind_failing_or_silent_is
         # a third process's word: far behind, its relay failing, its store not written; then it goes silent
         third = Replicas(hub.runtime.db, "replica-three")
         third.report(hub.runtime.settings.ready_max_lag + 1, False, ["relay"], [
-            {"what": "Your store kg is not written", "detail": "graphdb: 503", "link": "hub#stores", "since": ""}])
+            {"what": "Your store kg is not written", "detail": "graphdb: 503", "link": "hub#stores", "since": ""},
+            {"what": "Leadership flapping", "detail": "(worded by another version)", "since": "yesterday"}])
         shown = attention(web, hub)
         assert "Replica behind" in shown and "replica-three/" in shown and "Background work failing on another replica" in shown
         assert "Your store kg is not written" in shown and f"graphdb: 503 (as the replica {third.name} saw it)" in shown
+        assert "(worded by another version) (as the replica" in shown  # a moment it cannot read: shown without one
         with hub.runtime.db.session() as session:  # its last report, as if long ago
             session.execute(update(ReplicaReport).where(ReplicaReport.name == third.name)
                             .values(seen_at=now() - SILENT - timedelta(seconds=1)))

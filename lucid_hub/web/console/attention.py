@@ -121,8 +121,16 @@ def _told_by_others(replicas: list[dict[str, Any]], mine: list[Item]) -> list[It
                 continue
             seen.add((note.get("what"), note.get("detail")))
             out.append(Item(str(note.get("what", "")), f"{note.get('detail', '')} (as the replica {replica['name']} "
-                            "saw it)", str(note.get("link", "")), _when(note.get("since") or None)))
+                            "saw it)", str(note.get("link", "")), _noted(note.get("since"))))
     return out
+
+
+def _noted(since: Any) -> datetime | None:
+    """A note's moment (another version's replica may word it otherwise: then none)."""
+    try:
+        return aware(since) if isinstance(since, str) and since else None
+    except ValueError:
+        return None
 
 
 def _flapping(hub: HubParts) -> list[Item]:
