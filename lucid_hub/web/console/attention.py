@@ -66,8 +66,8 @@ def _health(hub: HubParts, replicas: list[dict[str, Any]]) -> list[Item]:
     except LogUnavailableError as exc:
         out.append(Item("Patch log unreachable", f"{exc}: patches are archived, but not relayed to partners",
                         "hub"))
-    waiting, oldest = backlog(hub.db)
-    if oldest is not None and datetime.now(UTC) - oldest >= RELAY_STALLED and not hub.log.written_by_archive:
+    waiting, oldest = backlog(hub.db) if not hub.log.written_by_archive else (0, None)
+    if oldest is not None and datetime.now(UTC) - oldest >= RELAY_STALLED:
         out.append(Item("Relay stalled", f"{waiting} archived patches are not in the patch log yet: partners and "
                         "other processes do not see them (the hub page says which background work fails)", "hub",
                         oldest))
