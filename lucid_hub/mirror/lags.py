@@ -73,11 +73,6 @@ class Lags:
             session.execute(update(Mirror).where(Mirror.id == mirror_id, Mirror.lag_asked_at.is_not(None)).values(
                 lag_patches=None, lag_more=False, lag_asked_at=None, lag_since=None))
 
-    def of(self, mirror_id: str) -> Lag | None:
-        with self.db.session() as session:
-            row = session.get(Mirror, mirror_id)
-            return None if row is None else _lag(row)
-
     def all(self) -> dict[str, Lag]:
         """Every mirror's last word (mirror id -> lag), in one read."""
         with self.db.session() as session:

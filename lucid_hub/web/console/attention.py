@@ -128,7 +128,7 @@ def _told_by_others(replicas: list[dict[str, Any]], mine: list[Item]) -> list[It
 def _noted(since: Any) -> datetime | None:
     """A note's moment (another version's replica may word it otherwise: then none)."""
     try:
-        return aware(since) if isinstance(since, str) and since else None
+        return _when(since) if isinstance(since, str) else None
     except ValueError:
         return None
 
