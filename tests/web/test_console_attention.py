@@ -187,7 +187,7 @@ def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleare
             service = partner.runtime.mirrors
             service.ask_lags()
             (mirror_id,) = [m["id"] for m in partner.runtime.mirror_registry.list()]
-            assert service.lags.of(mirror_id) is not None and service.lags.of(mirror_id).patches == 0  # type: ignore[union-attr]
+            assert service.lags.all()[mirror_id].patches == 0
             assert "Nothing" in attention(web, partner)
             with publisher.runtime.db.session() as session:  # the publisher stops delivering
                 session.execute(update(Subscription).values(next_attempt_at=datetime.now(UTC) + timedelta(days=1)))
@@ -226,8 +226,11 @@ def test_a_mirror_its_publisher_stopped_delivering_to_is_named_behind_and_cleare
             round_ended(False)
             for page in (attention(web, partner), attention(other, replica)):
                 assert "Mirror&#39;s upkeep failing" in page and "since" in page, page
+            ready = requests.get(f"{replica.url}/readyz", timeout=30)  # the replica's readiness names it too
+            assert ready.status_code == 200 and f"mirror of <{G}> is not following" in ready.text, ready.text
             round_ended(True)
             assert "upkeep failing" not in attention(other, replica)
+            assert "not following" not in requests.get(f"{replica.url}/readyz", timeout=30).text
             assert "Nothing" in attention(web, partner)
             # a delivery that does not verify is quarantined; access withdrawn revokes the mirror
             foreign = publisher.runtime.archive.patch(head).body.replace(b'"W1"', b'"W7"')
