@@ -66,6 +66,12 @@ class PatchStream:
             finally:
                 self._cond.release()
 
+    def interrupt(self) -> None:
+        """Wake every waiter now (not from a signal handler: it takes the lock); a waiter whose
+        `stopped()` then holds returns at once, the others wait again."""
+        with self._cond:
+            self._cond.notify_all()
+
     @property
     def ended(self) -> bool:
         return self._ended
@@ -141,11 +147,13 @@ class PatchStream:
                 self._cond.wait(timeout)
             return self._generation
 
-    def changes(self, generation: int, timeout: float) -> tuple[int, set[str] | None]:
-        """Wait as `wait` does; then the generation now and the graphs announced after
-        `generation` (None: too many to tell, any graph may have changed)."""
+    def changes(self, generation: int, timeout: float, *,
+                stopped: Callable[[], bool] = lambda: False) -> tuple[int, set[str] | None]:
+        """Wait as `wait` does (or until `interrupt` finds `stopped()` true); then the generation
+        now and the graphs announced after `generation` (None: too many to tell, any graph may
+        have changed)."""
         with self._cond:
-            if self._generation == generation and not self._ended:
+            if self._generation == generation and not self._ended and not stopped():
                 self._cond.wait(timeout)
             now = self._generation
             if now - generation > len(self._recent):

@@ -35,6 +35,9 @@ class Role:
     every: float = 1.0  # seconds between rounds when nothing wakes it
     backoff_max: float = 60.0  # the longest wait after failed rounds in a row
     on_stop: Callable[[], None] | None = None  # after the loop has ended (close what it holds)
+    # When the supervisor stops, before it waits for the loop: wakes a step that blocks inside
+    # its round (a wait on the patch stream), so that a hub stops at once, not after the wait.
+    interrupt: Callable[[], None] | None = None
     wake_event: threading.Event = field(default_factory=threading.Event, repr=False)
     up: bool = False
     last_success: float = 0.0  # wall-clock time of the last round that did not fail
@@ -61,12 +64,14 @@ class Supervisor:
         self._stop = threading.Event()
 
     def add(self, name: str, step: Step, *, every: float = 1.0, backoff_max: float = 60.0,
-            on_stop: Callable[[], None] | None = None, wake: threading.Event | None = None) -> Role:
+            on_stop: Callable[[], None] | None = None, wake: threading.Event | None = None,
+            interrupt: Callable[[], None] | None = None) -> Role:
         """A role, started by `start` (or now, when the supervisor runs already). `wake`: an
-        event of the service's own that others set to wake the role (else the role's)."""
+        event of the service's own that others set to wake the role (else the role's).
+        `interrupt`: ends a round that waits inside its step, called when the roles stop."""
         if name in self._roles:
             raise ValueError(f"a role named {name} exists already")
-        role = self._roles[name] = Role(name, step, every, backoff_max, on_stop)
+        role = self._roles[name] = Role(name, step, every, backoff_max, on_stop, interrupt=interrupt)
         if wake is not None:
             role.wake_event = wake
         if self.running:
@@ -117,6 +122,11 @@ class Supervisor:
         self._stop.set()
         for role in self._roles.values():
             role.wake()
+            if role.interrupt is not None:
+                try:
+                    role.interrupt()
+                except Exception:  # the others still stop; this one ends after its round
+                    log.exception("role %s: interrupting its round failed", role.name)
         deadline = time.monotonic() + timeout
         for role in self._roles.values():
             if role._thread is not None:

@@ -112,6 +112,7 @@ class Deliverer:
         # statement): catch-up ran at 266 patches/s, 794/s without.
         self._subscribed: set[str] = set()
         self._recorder = Recorder(self)
+        self._watch_ended = threading.Event()
         self.stream = stream
         self.archive = archive
         self.deny = deny
@@ -127,9 +128,9 @@ class Deliverer:
         a new patch wakes the deliverer if its graph has subscribers (the set is refreshed every
         second, so other processes' subscriptions count too). Always more to watch."""
         stream = self.stream
-        if stream is None or stream.ended or self._stop.is_set():
+        if stream is None or stream.ended or self._stop.is_set() or self._watch_ended.is_set():
             return False
-        self._generation, graphs = stream.changes(self._generation, 1.0)
+        self._generation, graphs = stream.changes(self._generation, 1.0, stopped=self._watch_ended.is_set)
         if graphs is None or not graphs.isdisjoint(self._subscribed):
             self._wake.set()
         return True
@@ -143,7 +144,15 @@ class Deliverer:
         roles.add("websub-delivery", self.deliver_due, every=1.0, backoff_max=5.0, wake=self._wake)
         if self.stream is not None:
             self._generation = self.stream.generation()
-            roles.add("websub-watch", self._watch, every=1.0, backoff_max=5.0)
+            self._watch_ended.clear()
+            roles.add("websub-watch", self._watch, every=1.0, backoff_max=5.0, interrupt=self._end_watch)
+
+    def _end_watch(self) -> None:
+        """The roles stop: the watch's wait on the patch stream ends now, not after its second
+        (it was nearly all of a hub's stop: 0.65 of 0.85 s)."""
+        self._watch_ended.set()
+        if self.stream is not None:
+            self.stream.interrupt()
 
     def drain(self) -> None:
         """Start no more deliveries: each task stops after its POST in flight (which is then
