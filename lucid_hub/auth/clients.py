@@ -1,4 +1,4 @@
-"""OAuth clients of partners, created by admins; secrets are stored as scrypt hashes."""
+"""OAuth clients of partners, created by admins; secrets (256 random bits) are stored as salted hashes."""
 
 from __future__ import annotations
 
@@ -24,8 +24,15 @@ SCOPES = ("graphs:read", "graphs:write", "hub:subscribe", "admin")
 RESERVED_CLAIMS = frozenset({"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "scope", "client_id", "azp", "groups",
                              "name", "attributes", "cnf", "act"})
 AUTH_METHODS = ("client_secret_basic", "client_secret_post")
+# How a client secret is kept: a salted PBKDF2-HMAC-SHA256 of one round. The hub makes every
+# secret itself, 256 random bits (`create`), which no stretching makes harder to guess; werkzeug's
+# default (scrypt, about 0.1-0.3 s of CPU and 32 MiB a check) only made every token request that
+# costly, for partners and for a flood of wrong secrets alike. Hashes made before (scrypt) still
+# verify: check_password_hash reads the method from the hash. Admin passwords, which people
+# choose, keep the slow default (auth/admins.py).
+SECRET_HASH_METHOD = "pbkdf2:sha256:1"  # noqa: S105 (a hashing method, not a password)
 # A hash to check against when the client does not exist, so that the answer takes as long.
-_DUMMY_HASH = generate_password_hash("not a secret")
+_DUMMY_HASH = generate_password_hash("not a secret", method=SECRET_HASH_METHOD)
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,8 @@ class ClientRegistry:
         pairs = attributes_of(attributes or [])
         row = OAuthClient(client_id=f"lc-{secrets.token_hex(8)}", name=name.strip(),
                           attributes=" ".join(f"{quote(c, safe='')}={quote(v, safe='')}" for c, v in pairs),
-                          secret_hash=generate_password_hash(secret), groups=" ".join(group_list),
+                          secret_hash=generate_password_hash(secret, method=SECRET_HASH_METHOD),
+                          groups=" ".join(group_list),
                           scopes=" ".join(scopes), callback_prefixes=" ".join(prefixes),
                           created_at=datetime.now(UTC), disabled=False)
         with self.db.session() as session:
