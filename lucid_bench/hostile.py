@@ -262,7 +262,9 @@ def rules_attack(url: str, runtime: Any, admin: requests.Session, samples: int) 
                                          (admin, "urn:acme:light", kpi, 'FILTER (?v = "never")')):
         rule = (f"RULE <{name}> IMMEDIATE ON INSERT {{ GRAPH <{graph}> {{ ?s <{_EX}v> ?v }} }} IF {{ {condition} }} "
                 f"DO INSERT {{ GRAPH <{graph}> {{ ?s <{_EX}seen> true }} }} WHERE {{}}")
-        http.post(f"{url}/rules", data=rule.encode(), headers=_TEXT, timeout=30).raise_for_status()
+        added = http.post(f"{url}/rules", data=rule.encode(), headers=_TEXT, timeout=30)
+        if added.status_code != 201 and added.status_code != 200:
+            raise RuntimeError(f"adding {name} was answered {added.status_code}: {added.text[:500]}")
     published: list[str] = []
 
     def publishes() -> float:

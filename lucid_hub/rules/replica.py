@@ -33,6 +33,12 @@ def rule_from_json(data: dict[str, Any]) -> tuple[Rule, tuple[str, ...], str]:
 
 
 
+# Seconds parsing or compiling a rule may take, at least. Compiling is no firing: it is bounded
+# by the rule's size, and a budget set low for firings (LUCID_RULES_BUDGET=1) refused ordinary
+# rules, or left a stored one off, on a busy machine.
+COMPILE_SECONDS = 5.0
+
+
 class RulesReplica(QueryEngine):
     """The rules' worker process and the graphs it holds (the continuous-query worker's
     replica machinery, with the rules' requests)."""
@@ -42,14 +48,16 @@ class RulesReplica(QueryEngine):
     def __init__(self, store: GraphStore, memory_mb: int, budget: float) -> None:
         super().__init__(store, memory_mb, budget, max_result_bytes=0)
         self._texts: dict[str, tuple[str, list[str] | None]] = {}
+        self.compile_budget = max(budget, COMPILE_SECONDS)  # parse and register (firings: `budget`)
 
     def _restore(self) -> None:
         for iri, (text, readable) in list(self._texts.items()):
-            self._call({"op": "register", "iri": iri, "readable": readable}, text.encode())
+            self._call({"op": "register", "iri": iri, "readable": readable}, text.encode(),
+                       timeout=self.compile_budget)
 
     def parse(self, text: str) -> list[dict[str, Any]]:
         with self.lock:
-            answer = self._call({"op": "parse"}, text.encode())
+            answer = self._call({"op": "parse"}, text.encode(), timeout=self.compile_budget)
             result: list[dict[str, Any]] = json.loads(answer.body)
             return result
 
@@ -57,7 +65,8 @@ class RulesReplica(QueryEngine):
         """Compile a rule in the worker (reading only `readable` of its graphs; None: all of
         them); its description (worker.describe)."""
         with self.lock:
-            answer = self._call({"op": "register", "iri": iri, "readable": readable}, text.encode())
+            answer = self._call({"op": "register", "iri": iri, "readable": readable}, text.encode(),
+                                timeout=self.compile_budget)
             self._texts[iri] = (text, readable)
             result: dict[str, Any] = json.loads(answer.body)
             return result

@@ -135,8 +135,8 @@ class RuleService:
         except Refusal as refusal:
             raise RuleSyntaxError(refusal.message) from None
         except BudgetExceeded:
-            raise RuleSyntaxError("the rule file could not be parsed within the time budget "
-                                  "(LUCID_RULES_BUDGET); it is too complex") from None
+            raise RuleSyntaxError(f"the rule file could not be parsed within {self._parser.compile_budget:g} s "
+                                  "(the larger of LUCID_RULES_BUDGET and 5 s); it is too complex") from None
 
     def check(self, parsed: list[tuple[Rule, tuple[str, ...], str]], owner: Owner,
               keep: Iterable[Registered] = ()) -> Analysis:
