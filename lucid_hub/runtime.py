@@ -40,8 +40,8 @@ from lucid_hub.patch_stream import PatchStream
 from lucid_hub.policy.policy_graph import PolicyService
 from lucid_hub.publish import Publisher
 from lucid_hub.publish.capture import Capture
-from lucid_hub.queries import QueryService
 from lucid_hub.queries.evaluator import QueryEngine
+from lucid_hub.queries.service import QueryService
 from lucid_hub.queries.windows import WindowService
 from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.replicas import REPORT_EVERY, Replicas, reporter
