@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
+import itertools
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,56 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.signing import SigningKey, generate_key
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# --- parallel workers (pytest-xdist) --------------------------------------------------------
+# The suite runs in worker processes (`-n auto --dist loadgroup` in pyproject.toml); each test
+# is on its own: its own tmp_path, free ports, databases and hubs, and session fixtures are one
+# per worker. What should start once for all (a JVM, a triple store, a browser) is put in one
+# group by the fixture a test asks for, so that one worker runs those tests one after another
+# and starts it once, while the other workers go on with the rest.
+# (A module whose tests reach such a fixture otherwise, by getfixturevalue, names its group in
+# `pytestmark`.)
+XDIST_GROUPS = {"spark": "spark", "oxigraph": "stores", "virtuoso": "stores"}
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto`: twice the cores (the tests wait on sockets and processes more
+    than they compute: 13 % of two cores busy, one test at a time); PYTEST_XDIST_AUTO_NUM_WORKERS
+    sets another number."""
+    return 2 * (os.cpu_count() or 1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # (a test that needs two such things joins the first group; its worker starts both)
+        groups = sorted({XDIST_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in XDIST_GROUPS})
+        if groups and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
+
+
+# The JVMs the tests start (Spark's driver in-process and from spark-submit and the CLI, the
+# executors, a standalone master and worker) compile with C1 only and collect with one thread:
+# they live seconds, and the optimising compiler and parallel GC threads cost the run more
+# CPU than they save (the Spark tests took 120 s of CPU, 77 s with these; the JVMs ran beside
+# three other workers). Spark reads `*.defaultJavaOptions` from SPARK_CONF_DIR's
+# spark-defaults.conf, before any options a job sets itself; an operator's own
+# SPARK_CONF_DIR is left alone.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _spark_conf_dir() -> None:
+    if "SPARK_CONF_DIR" in os.environ:
+        return
+    where = Path(tempfile.mkdtemp(prefix="lucid-spark-conf-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    (where / "spark-defaults.conf").write_text(f"spark.driver.defaultJavaOptions {TEST_JVM_OPTIONS}\n"
+                                               f"spark.executor.defaultJavaOptions {TEST_JVM_OPTIONS}\n")
+    os.environ["SPARK_CONF_DIR"] = str(where)
+    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
+
+
+_spark_conf_dir()
 
 
 def rdf_canon_tests_dir() -> Path | None:
@@ -104,45 +160,85 @@ if POSTGRES_ADMIN_URL is None:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session, dropped at the end."""
+def postgres_template() -> Iterator[str]:
+    """A PostgreSQL database of this worker process, migrated to head, dropped at the end: the
+    template of `postgres_url` and `db_url` (never connected to by a test)."""
     if POSTGRES_ADMIN_URL is None:
         pytest.skip("PostgreSQL is not reachable here (set LUCID_TEST_POSTGRES_URL)")
     from sqlalchemy import create_engine, text
 
+    from lucid_hub.db.session import Database
+
     name = f"lucid_test_{os.getpid()}"
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
-        c.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         c.execute(text(f"CREATE DATABASE {name}"))
-    base = POSTGRES_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
+    url = f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+    db = Database(url)
+    db.upgrade()
+    db.dispose()  # a template may have no connections
+    yield url
     with admin.connect() as c:
         c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
     admin.dispose()
 
 
-def _reset_postgres(url: str) -> None:
+_databases = itertools.count()
+
+
+@contextmanager
+def _postgres_copy(template_url: str, *, empty: bool) -> Iterator[str]:
+    """A database of its own for one test: a copy of the migrated template (CREATE DATABASE …
+    TEMPLATE: 0.1 s, where the migrations take 1-1.5 s), or an empty one; dropped after it."""
     from sqlalchemy import create_engine, text
 
-    engine = create_engine(url)
-    with engine.begin() as c:
-        c.execute(text("DROP SCHEMA public CASCADE"))
-        c.execute(text("CREATE SCHEMA public"))
-    engine.dispose()
+    assert POSTGRES_ADMIN_URL is not None
+    template = template_url.rsplit("/", 1)[1]
+    name = f"{template}_{next(_databases)}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as c:
+            c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            c.execute(text(f"CREATE DATABASE {name}" + ("" if empty else f" TEMPLATE {template} STRATEGY WAL_LOG")))
+        yield f"{template_url.rsplit('/', 1)[0]}/{name}"
+        with admin.connect() as c:
+            c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_template: str) -> Iterator[str]:
+    """A PostgreSQL database of the test's own, with the schema at head."""
+    with _postgres_copy(postgres_template, empty=False) as url:
+        yield url
 
 
 DB_KINDS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture(params=DB_KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database: SQLite, and PostgreSQL where a server is reachable."""
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of the test's own with the schema at head (what the migrations make: copied
+    from a database they migrated once per worker): SQLite, and PostgreSQL where a server is
+    reachable. `empty_db_url` is one without a schema, for tests of the migrations."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'hub.db'}"
-    url = request.getfixturevalue("postgres_url")
-    _reset_postgres(url)
-    return str(url)
+        url = f"sqlite:///{tmp_path / 'hub.db'}"
+        _migrated(url)
+        yield url
+        return
+    yield request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(params=DB_KINDS)
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database (no schema): SQLite, and PostgreSQL where a server is reachable."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    with _postgres_copy(request.getfixturevalue("postgres_template"), empty=True) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -181,6 +277,35 @@ class RunningHub:
         return http
 
 
+@functools.cache
+def _sqlite_schema() -> Path:
+    """A SQLite database migrated to head by the migrations, once per worker process (removed
+    at its exit): new hubs' databases are copies of it. A migration run costs a hub 0.3-0.6 s
+    of its start, and the suite starts hundreds of hubs; the migrations themselves are tested
+    from an empty database in tests/db and tests/upgrade."""
+    from lucid_hub.db.session import Database
+
+    where = Path(tempfile.mkdtemp(prefix="lucid-schema-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    db = Database(f"sqlite:///{where / 'schema.db'}")
+    db.upgrade()
+    db.dispose()
+    return where / "schema.db"
+
+
+def _migrated(db_url: str) -> None:
+    """A new SQLite database file for a hub starts as a copy of the migrated schema (SQLite's
+    backup API: a consistent copy whatever its journal); an existing one is left as it is."""
+    if not db_url.startswith("sqlite:///"):
+        return
+    path = Path(db_url.split("///", 1)[1])
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(_sqlite_schema())) as source, closing(sqlite3.connect(path)) as target:
+        source.backup(target)
+
+
 @contextmanager
 def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None,
                 port: int | None = None) -> Iterator[RunningHub]:
@@ -192,6 +317,7 @@ def running_hub(data: Path, db_url: str, extra_env: dict[str, str] | None = None
     from lucid_hub.web.serving import Served
 
     port = port or free_port()
+    _migrated(db_url)
     settings = Settings.from_env({"LUCID_DATA_DIR": str(data), "LUCID_DATABASE_URL": db_url,
                                   "LUCID_PUBLIC_URL": f"http://127.0.0.1:{port}", "LUCID_MAX_BODY_BYTES": "200000",
                                   "LUCID_PAGE_SIZE": "3", **(extra_env or {})})
@@ -340,26 +466,46 @@ def ui_hub(tmp_path: Path) -> Iterator[RunningHub]:
 
 # --- third-party JavaScript clients (npm) ---------------------------------------------------
 
-def npm_install(tmp_path_factory: pytest.TempPathFactory, name: str, *packages: str) -> Path:
-    """`packages` from the npm registry, installed once per session into a folder of their own
-    (its node_modules is returned); the test skips, saying why, without node and npm."""
-    import shutil
+def cache_dir() -> Path:
+    """Where the suite keeps what it installs from a registry between runs (npm packages):
+    $LUCID_TEST_CACHE, else ~/.cache/lucid-hub-tests. What is there is what the registry served,
+    keyed by the exact versions asked for; delete the folder to install afresh."""
+    where = Path(os.environ.get("LUCID_TEST_CACHE") or Path.home() / ".cache" / "lucid-hub-tests")
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def npm_install(name: str, *packages: str) -> Path:
+    """`packages` (exact versions) from the npm registry in a folder of their own (its
+    node_modules is returned), installed once for every worker and run that asks for the same
+    list: a file lock makes the other workers wait for the first, and a marker written after a
+    whole install says it is done (an interrupted install is done again). Skips, saying why,
+    without node and npm."""
+    import fcntl
+    import hashlib
 
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip(f"{', '.join(packages)} need node and npm, which this machine lacks")
-    where = tmp_path_factory.mktemp(name)
-    done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(where), *packages],
-                          capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"npm could not install {', '.join(packages)}: {done.stderr.strip()[-300:]}")
+    key = hashlib.sha256("\n".join(packages).encode()).hexdigest()[:12]
+    where = cache_dir() / "npm" / f"{name}-{key}"
+    where.mkdir(parents=True, exist_ok=True)
+    marker = where / ".installed"
+    with (where / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.is_file():
+            done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(where), *packages],
+                                  capture_output=True, text=True, timeout=600, check=False)
+            if done.returncode != 0:
+                pytest.skip(f"npm could not install {', '.join(packages)}: {done.stderr.strip()[-300:]}")
+            marker.write_text("\n".join(packages) + "\n")
     return where / "node_modules"
 
 
 @pytest.fixture(scope="session")
-def rdf_js_clients(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def rdf_js_clients() -> Path:
     """Comunica (the SPARQL engine of the JavaScript world; 4.5: Comunica 5 needs Node 22) and
     rdflib.js, for tests/js/comunica_select.js and tests/js/rdflibjs_parse.js."""
-    return npm_install(tmp_path_factory, "rdf-js", "@comunica/query-sparql@4.5.0", "rdflib@2.4.0")
+    return npm_install("rdf-js", "@comunica/query-sparql@4.5.0", "rdflib@2.4.0")
 
 
 def run_node(modules: Path, script: str, *args: str) -> Any:

@@ -37,9 +37,6 @@ def whole_chain(pod: HubProcess) -> list[dict[str, str]]:
 
 def test_publishes_through_every_pod_keep_one_chain_and_none_fails_for_a_concurrent_one(
         tmp_path: Path, postgres_url: str) -> None:
-    from tests.conftest import _reset_postgres
-
-    _reset_postgres(postgres_url)
     env = {"LUCID_DATABASE_URL": postgres_url}
     pods = [HubProcess(f"pod-{n}", tmp_path / f"pod-{n}", env) for n in range(3)]
     for pod in pods:
@@ -164,9 +161,6 @@ def test_one_leader_relays_once_and_a_killed_leader_is_succeeded_within_the_boun
 
     from sqlalchemy import create_engine, text
 
-    from tests.conftest import _reset_postgres
-
-    _reset_postgres(postgres_url)
     topic = f"scale-{tmp_path.name}"
     env = {"LUCID_DATABASE_URL": postgres_url, "LUCID_KAFKA_BOOTSTRAP": kafka_bootstrap, "LUCID_KAFKA_TOPIC": topic,
            "LUCID_LEADER_LEASE_SECONDS": "6"}
@@ -232,9 +226,6 @@ def test_one_leader_relays_once_and_a_killed_leader_is_succeeded_within_the_boun
 
 def test_a_replica_started_late_catches_up_before_it_is_ready_and_follows_without_reads(
         tmp_path: Path, postgres_url: str) -> None:
-    from tests.conftest import _reset_postgres
-
-    _reset_postgres(postgres_url)
     env = {"LUCID_DATABASE_URL": postgres_url}
     first = HubProcess("pod-0", tmp_path / "pod-0", env).start()
     late = HubProcess("pod-1", tmp_path / "pod-1", {**env, "LUCID_READY_MAX_LAG": "0"})
@@ -274,10 +265,8 @@ def test_bench_scale_runs(run_cli, postgres_url: str) -> None:  # type: ignore[n
 def test_the_mirrors_run_once_across_replicas_and_a_killed_leader_misses_no_delivery(
         tmp_path: Path, postgres_url: str) -> None:
     from lucid_hub.demo.ports import free_port
-    from tests.conftest import _reset_postgres
     from tests.proxy import LoopbackProxy
 
-    _reset_postgres(postgres_url)
     acme = HubProcess("ACME", tmp_path / "acme").start()  # the publisher, a hub of its own
     ports = [free_port() for _ in range(3)]
     service = LoopbackProxy([f"http://127.0.0.1:{port}" for port in ports])  # Globex's Service

@@ -10,8 +10,8 @@ from lucid_hub.db.session import Database
 TABLES = {"graphs", "patches", "outbox", "log_entries", "log_offsets", "alembic_version"}
 
 
-def test_upgrade_from_empty_then_downgrade_and_upgrade_again(db_url: str) -> None:
-    db = Database(db_url)
+def test_upgrade_from_empty_then_downgrade_and_upgrade_again(empty_db_url: str) -> None:
+    db = Database(empty_db_url)
     try:
         assert not db.is_current()
         db.upgrade()
@@ -24,7 +24,7 @@ def test_upgrade_from_empty_then_downgrade_and_upgrade_again(db_url: str) -> Non
         db.dispose()
 
 
-def test_every_migration_steps_down_and_up_and_the_schema_matches_the_models(db_url: str) -> None:
+def test_every_migration_steps_down_and_up_and_the_schema_matches_the_models(empty_db_url: str) -> None:
     """One revision at a time, down to empty and back up; then Alembic's own comparison of
     the migrated database with the SQLAlchemy models finds nothing to add or change."""
     from alembic.autogenerate import compare_metadata
@@ -33,7 +33,7 @@ def test_every_migration_steps_down_and_up_and_the_schema_matches_the_models(db_
 
     from lucid_hub.db.models import Base
 
-    db = Database(db_url)
+    db = Database(empty_db_url)
     try:
         db.upgrade()
         revisions = [r.revision for r in ScriptDirectory.from_config(db._alembic_config()).walk_revisions()]
@@ -69,7 +69,7 @@ def test_db_downgrade_needs_confirmation_and_a_known_revision(run_cli, tmp_path)
         db.dispose()
 
 
-def test_windowed_queries_keep_their_results_when_names_become_each_partys_own(db_url: str) -> None:
+def test_windowed_queries_keep_their_results_when_names_become_each_partys_own(empty_db_url: str) -> None:
     """Upgrading a database with windowed queries (keyed by name before): each keeps its name
     as its id, its results stay its own, and two parties may then use one name."""
     from datetime import UTC, datetime
@@ -78,7 +78,7 @@ def test_windowed_queries_keep_their_results_when_names_become_each_partys_own(d
 
     from lucid_hub.db.models import WindowedQuery, WindowedResult
 
-    db = Database(db_url)
+    db = Database(empty_db_url)
     try:
         db.upgrade("0011")
         stamp = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)

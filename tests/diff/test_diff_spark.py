@@ -20,7 +20,7 @@ from lucid_hub.rdf.canon import Canonicalizer
 from lucid_hub.rdf.rdfpatch import write_rdf_patch
 from tests.rdf.test_properties import graphs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]  # one JVM at a time (conftest.XDIST_GROUPS)
 WHEN = datetime(2026, 6, 1, tzinfo=UTC)
 XSD = "http://www.w3.org/2001/XMLSchema#"
 OLD = (f'<http://ex/s> <http://ex/p> "01"^^<{XSD}integer> <http://ex/g1> .\n'

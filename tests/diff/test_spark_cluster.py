@@ -15,7 +15,7 @@ import pytest
 
 from tests.spark_cluster import bare_python, spark_home, standalone_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark-cluster")]  # its JVMs beside the local ones
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
 OLD = ('<http://ex/a> <http://ex/p> _:x .\n_:x <http://ex/v> "1" .\n<http://ex/b> <http://ex/p> "keep" .\n'

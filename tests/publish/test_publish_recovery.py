@@ -208,9 +208,7 @@ def test_two_hub_processes_on_postgresql_publish_concurrently_without_breaking_t
 
     from lucid_hub.demo.processes import HubProcess
     from lucid_hub.signing import TrustedKeys, verify_patch_bytes
-    from tests.conftest import _reset_postgres
 
-    _reset_postgres(postgres_url)
     env = {"LUCID_DATABASE_URL": postgres_url}
     a = HubProcess("A", tmp_path / "a", env).start()
     b = HubProcess("B", tmp_path / "b", env)

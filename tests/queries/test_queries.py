@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from lucid_hub.policy.model import Condition
-from tests.conftest import RunningHub, running_hub
+from tests.conftest import RunningHub, npm_install, running_hub
 
 EX = "http://ex.org/"
 ORDERS = "http://ex.org/g/orders"
@@ -479,19 +479,9 @@ def test_bench_queries_runs_and_reports_every_figure(run_cli) -> None:  # type: 
 
 
 @pytest.fixture(scope="session")
-def sepa_js(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SEPA's JavaScript client from the npm registry, installed once per session."""
-    import shutil
-    import subprocess
-
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("SEPA's JavaScript client needs node and npm, which this machine lacks")
-    where = tmp_path_factory.mktemp("sepa-js")
-    done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(where),
-                           "@arces-wot/sepa-js@0.13.2"], capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        pytest.skip(f"npm could not install @arces-wot/sepa-js: {done.stderr.strip()[-300:]}")
-    return where / "node_modules"
+def sepa_js() -> Path:
+    """SEPA's JavaScript client from the npm registry, installed once (tests/conftest.npm_install)."""
+    return npm_install("sepa-js", "@arces-wot/sepa-js@0.13.2")
 
 
 def test_sepas_javascript_client_subscribes_and_unsubscribes_unchanged(tmp_path: Path, sepa_js: Path) -> None:

@@ -18,6 +18,9 @@ from tests.conftest import RunningHub, running_hub, whole_canonical
 from tests.mirror.test_mirror import DEV, G, add_mirror, mirror, publish, version, wait
 from tests.stores import free_port
 
+# One Oxigraph server and one Virtuoso for the module, on one worker (conftest.XDIST_GROUPS).
+pytestmark = pytest.mark.xdist_group("stores")
+
 
 def store_of(env: dict[str, str]) -> RemoteStore:
     config = RemoteConfig.of(Settings.from_env(env))

@@ -24,6 +24,9 @@ from lucid_hub.store.remote import RemoteConfig, RemoteStore
 from tests import stores
 from tests.conftest import whole_canonical
 
+# One Oxigraph server and one Virtuoso for the module, on one worker (conftest.XDIST_GROUPS).
+pytestmark = pytest.mark.xdist_group("stores")
+
 G = "http://example.org/graphs/kpi"
 
 

@@ -6,6 +6,7 @@ the hub's; pages, views, public graphs, HTTP Basic, the push channel, and bad in
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections import defaultdict
@@ -20,7 +21,7 @@ from rdflib import Dataset, Graph, Literal, URIRef
 from rdflib.compare import isomorphic
 from rdflib.namespace import RDF
 
-from tests.conftest import RunningHub, running_hub
+from tests.conftest import RunningHub, npm_install, running_hub
 
 LDES = "https://w3id.org/ldes#"
 TREE = "https://w3id.org/tree#"
@@ -194,15 +195,9 @@ def test_members_are_versions_with_provenance_and_deletions(streams_hub: Running
 @pytest.fixture(scope="session")
 def ldes_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ldes-client, the LDES reference client (rdf-connect), from the npm registry."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("the LDES client needs node and npm, which this machine lacks")
-    where = tmp_path_factory.mktemp("ldes-client")
-    done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(where), "ldes-client@0.3.0"],
-                          capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        pytest.skip(f"npm could not install ldes-client: {done.stderr.strip()[-300:]}")
-    script = where / "ldes_replicate.mjs"  # beside its node_modules: ES modules resolve from there
-    shutil.copy(Path(__file__).resolve().parents[1] / "js" / "ldes_replicate.js", script)
+    modules = npm_install("ldes-client", "ldes-client@0.3.0")
+    script = modules.parent / f"ldes_replicate-{os.getpid()}.mjs"  # beside its node_modules: ES modules
+    shutil.copy(Path(__file__).resolve().parents[1] / "js" / "ldes_replicate.js", script)  # resolve from there
     return script
 
 
