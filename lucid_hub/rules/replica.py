@@ -37,6 +37,11 @@ def rule_from_json(data: dict[str, Any]) -> tuple[Rule, tuple[str, ...], str]:
 # by the rule's size, and a budget set low for firings (LUCID_RULES_BUDGET=1) refused ordinary
 # rules, or left a stored one off, on a busy machine.
 COMPILE_SECONDS = 5.0
+# A rule file's parse grows with its size (rdflib's SPARQL parser: about 14 KB/s on one idle
+# core, a 100-rule file of 20 KB in 1.5 s): a second more for every PARSE_BYTES_A_SECOND bytes,
+# up to PARSE_SECONDS_MAX, whatever the file (a hostile one costs its worker that at most).
+PARSE_BYTES_A_SECOND = 2_000
+PARSE_SECONDS_MAX = 60.0
 
 
 class RulesReplica(QueryEngine):
@@ -55,9 +60,15 @@ class RulesReplica(QueryEngine):
             self._call({"op": "register", "iri": iri, "readable": readable}, text.encode(),
                        timeout=self.compile_budget)
 
+    def parse_budget(self, body: bytes) -> float:
+        """Seconds the parse of a rule file of this size may take."""
+        return min(max(self.compile_budget, COMPILE_SECONDS + len(body) / PARSE_BYTES_A_SECOND),
+                   max(self.compile_budget, PARSE_SECONDS_MAX))
+
     def parse(self, text: str) -> list[dict[str, Any]]:
+        body = text.encode()
         with self.lock:
-            answer = self._call({"op": "parse"}, text.encode(), timeout=self.compile_budget)
+            answer = self._call({"op": "parse"}, body, timeout=self.parse_budget(body))
             result: list[dict[str, Any]] = json.loads(answer.body)
             return result
 

@@ -135,8 +135,9 @@ class RuleService:
         except Refusal as refusal:
             raise RuleSyntaxError(refusal.message) from None
         except BudgetExceeded:
-            raise RuleSyntaxError(f"the rule file could not be parsed within {self._parser.compile_budget:g} s "
-                                  "(the larger of LUCID_RULES_BUDGET and 5 s); it is too complex") from None
+            seconds = self._parser.parse_budget(text.encode())
+            raise RuleSyntaxError(f"the rule file could not be parsed within {seconds:.0f} s (5 s and a second "
+                                  "for every 2 KB of it, at most 60 s); it is too complex") from None
 
     def check(self, parsed: list[tuple[Rule, tuple[str, ...], str]], owner: Owner,
               keep: Iterable[Registered] = ()) -> Analysis:
