@@ -26,6 +26,10 @@ class FiringHistory:
         self.db = db
         self._rows: list[dict[str, Any]] = []  # immediate firings the background writer has yet to write
         self._lock = threading.Lock()
+        # Held while rows taken from `_rows` are written: a reader's flush waits for the
+        # background writer's transaction, or it read the history without the rows in flight
+        # (a firing missing from /rules/firings right after its patch, seen under load).
+        self._writing = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
@@ -48,18 +52,21 @@ class FiringHistory:
     def _write(self) -> None:
         while True:
             self._stopping.wait(HISTORY_DELAY)  # gather a burst into one transaction
-            with self._lock:
-                rows, self._rows = self._rows, []
-                if not rows:
-                    self._thread = None
-                    return
-            self._insert(rows)
+            with self._writing:
+                with self._lock:
+                    rows, self._rows = self._rows, []
+                    if not rows:
+                        self._thread = None
+                        return
+                self._insert(rows)
 
     def flush(self) -> None:
-        """Write what the background writer has not written yet (before reading the history)."""
-        with self._lock:
-            rows, self._rows = self._rows, []
-        self._insert(rows)
+        """Write what the background writer has not written yet, and wait for what it is
+        writing (before reading the history)."""
+        with self._writing:
+            with self._lock:
+                rows, self._rows = self._rows, []
+            self._insert(rows)
 
     def stop(self) -> None:
         self._stopping.set()
