@@ -80,6 +80,34 @@ def _spark_conf_dir() -> None:
 _spark_conf_dir()
 
 
+@pytest.fixture(autouse=True)
+def _alone_when_it_times(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked `alone` compares timings (a p99 under an attack with one without it): it
+    runs while no test of another worker runs, or their load would be in its figures (under
+    four workers such ratios failed at random). Every test holds the run's lock shared; an
+    `alone` test closes the gate to new tests, then takes the lock for itself once the tests
+    in flight have ended. Without workers (-n 0) there is nothing to wait for."""
+    import fcntl
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    where = Path(tempfile.gettempdir()) / f"lucid-tests-{run}"
+    where.mkdir(exist_ok=True)
+    alone = request.node.get_closest_marker("alone") is not None
+    with (where / "gate").open("a") as gate, (where / "running").open("a") as running:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            fcntl.flock(running, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)  # (the others wait on `running` now)
+        try:
+            yield
+        finally:
+            fcntl.flock(running, fcntl.LOCK_UN)
+
+
 def rdf_canon_tests_dir() -> Path | None:
     """The W3C RDFC-1.0 suite: $LUCID_RDF_CANON_TESTS, else ../shared/rdf-canon-tests."""
     candidates = [os.environ.get("LUCID_RDF_CANON_TESTS"), str(REPO.parent / "shared" / "rdf-canon-tests")]

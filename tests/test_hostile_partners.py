@@ -102,6 +102,7 @@ def add(partner: RunningHub, hub_url: str, graph: str, client: tuple[str, str]) 
     ("trickle", "still arriving after the round's 3 s"),
     ("dribble", "still arriving after the round's 3 s"),
 ])
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 def test_a_hostile_publisher_stalls_only_its_own_mirror(hubs: tuple[RunningHub, RunningHub], attack: str,
                                                        refusal: str) -> None:
     publisher, partner = hubs
@@ -216,6 +217,7 @@ def test_a_long_archive_is_cloned_over_several_rounds_and_checked_at_the_end(tmp
         assert mirror_of(partner, G)["length"] == 7 and mirror_of(partner, G)["last_error"] == ""
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 @pytest.mark.parametrize("attack", ["windows", "subscriptions"])
 def test_a_partys_heavy_queries_delay_no_other_partys_notifications(tmp_path: Path, attack: str) -> None:
     """The reproduction: a party looping `PUT /windows/…` with a query of four VALUES blocks of
@@ -310,6 +312,7 @@ def test_a_round_for_a_mirror_removed_meanwhile_does_nothing(hubs: tuple[Running
     assert partner.runtime.mirrors.rounds._round("no-such-mirror", "active", None, "{}") is True
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 def test_a_partys_heavy_rule_delays_no_other_partys_publishes(tmp_path: Path) -> None:
     """The reproduction: a partner's immediate rule on its own graph whose condition overran the
     budget, fired by its publishes, slowed an admin's publishes to another graph (with a light

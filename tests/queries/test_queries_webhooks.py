@@ -164,6 +164,7 @@ class Tarpit:
             connection.close()
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 def test_a_partys_hanging_callbacks_delay_no_other_partys_webhooks(tmp_path: Path, callback: Callback) -> None:
     """A party with ten subscriptions whose callback takes each POST and never answers held
     every webhook thread for the delivery timeout, again at each retry: another party's

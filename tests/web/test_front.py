@@ -124,6 +124,7 @@ def open_hub(tmp_path: Path) -> Iterator[RunningHub]:
         yield hub
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 def test_idle_websocket_handshakes_without_a_token_hold_nothing_and_are_closed(open_hub: RunningHub) -> None:
     """Issue 32's first finding: nine idle handshakes without a token stopped a hub of eight
     threads. Now 70 of them cost the others nothing, and each is closed once its time to
@@ -217,6 +218,7 @@ def read_until(sockets: list[socket.socket], done: Callable[[bytes], bool], dead
     return received
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 @pytest.mark.slow
 def test_a_thousand_anonymous_event_streams_cost_no_thread_and_each_gets_the_event(tmp_path: Path) -> None:
     """1,000 anonymous clients of a public graph's push channel on one process of 8 request
@@ -256,6 +258,7 @@ def test_a_thousand_anonymous_event_streams_cost_no_thread_and_each_gets_the_eve
         assert loaded <= 2 * unloaded, f"p99 {loaded * 1000:.1f} ms under the attack, {unloaded * 1000:.1f} ms without"
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 def test_a_slow_loris_body_holds_no_thread_and_gets_408(open_hub: RunningHub) -> None:
     """Twenty requests whose bodies trickle in (a byte now and then) on a hub of 8 request
     threads: the well-behaved party does not wait for them, and each gets 408 once
@@ -279,6 +282,7 @@ def test_a_slow_loris_body_holds_no_thread_and_gets_408(open_hub: RunningHub) ->
     assert loaded <= 2 * unloaded, f"p99 {loaded * 1000:.1f} ms under the attack, {unloaded * 1000:.1f} ms without"
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 def test_connections_that_never_finish_their_headers_are_closed(open_hub: RunningHub) -> None:
     """uvicorn alone keeps a connection whose request headers never end: 100 of them, one
     silent after connecting, one a request line and no more, one a header a byte at a time,
@@ -440,6 +444,7 @@ def metric(hub: RunningHub, name: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
+@pytest.mark.alone  # its figures compare timings (tests/conftest.py)
 def test_a_client_with_many_heavy_requests_at_once_waits_for_itself_not_the_others(tmp_path: Path) -> None:
     """Four request threads, and a partner sending four heavy SPARQL queries at a time, over and
     over: without turns per client, its queries held every request thread and each other
