@@ -67,8 +67,9 @@ class PatchStream:
                 self._cond.release()
 
     def interrupt(self) -> None:
-        """Wake every waiter now (not from a signal handler: it takes the lock); a waiter whose
-        `stopped()` then holds returns at once, the others wait again."""
+        """Wake every waiter now (not from a signal handler: it takes the lock): each returns
+        as at its timeout (its caller looks again), and a `changes` whose `stopped()` holds
+        does not wait again."""
         with self._cond:
             self._cond.notify_all()
 

@@ -193,7 +193,7 @@ def test_members_are_versions_with_provenance_and_deletions(streams_hub: Running
 
 
 @pytest.fixture(scope="session")
-def ldes_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ldes_client() -> Path:
     """ldes-client, the LDES reference client (rdf-connect), from the npm registry."""
     modules = npm_install("ldes-client", "ldes-client@0.3.0")
     script = modules.parent / f"ldes_replicate-{os.getpid()}.mjs"  # beside its node_modules: ES modules
