@@ -35,6 +35,17 @@ WARN_EVERY = 60.0  # seconds between warnings of the same reason
 RETRY_AFTER = 5.0  # seconds a broker that did not answer is taken to be down
 
 
+def plain_reason(reason: str) -> str:
+    """librdkafka's error as an operator reads it, one phrasing for one failure: a TLS
+    handshake that fails (a certificate not trusted, a host name not in it) is reported as
+    "<broker>: SSL handshake failed: <OpenSSL's reason> (after … in state SSL_HANDSHAKE)" or,
+    on a busy machine, without "SSL handshake failed" when OpenSSL's error surfaces on the
+    transport's read; both become the first."""
+    if "in state SSL_HANDSHAKE" in reason and "SSL handshake failed" not in reason:
+        broker, sep, rest = reason.partition(": ")
+        return f"{broker}: SSL handshake failed: {rest}" if sep else f"SSL handshake failed: {reason}"
+    return reason
+
 class KafkaPatchLog:
     def __init__(self, bootstrap: str, topic: str, *, partitions: int = 3, session_timeout_ms: int = 6000,
                  timeout: float = 30.0, extra: dict[str, Any] | None = None) -> None:
@@ -61,7 +72,7 @@ class KafkaPatchLog:
         return {"bootstrap.servers": self.bootstrap, **self.extra, "error_cb": self._error, "logger": LIBRDKAFKA}
 
     def _error(self, err: KafkaError) -> None:
-        reason = err.str()
+        reason = plain_reason(err.str())
         now = time.monotonic()
         if now - self._warned.get(reason, -WARN_EVERY) >= WARN_EVERY:
             self._warned[reason] = now

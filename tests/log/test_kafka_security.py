@@ -148,6 +148,22 @@ def test_what_kafka_refuses_is_a_one_line_503_and_the_hub_serves_and_keeps_the_p
         assert PASSWORD not in caplog.text
 
 
+def test_a_failed_tls_handshake_reads_the_same_however_librdkafka_words_it() -> None:
+    """librdkafka 2.x words one failed handshake two ways (seen in the test above, the second on
+    a busy machine); the hub reports both as the first."""
+    from lucid_hub.log.kafka import plain_reason
+
+    usual = ("ssl://127.0.0.1:50869/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate "
+             "verify failed: broker certificate could not be verified (after 4ms in state SSL_HANDSHAKE)")
+    busy = ("ssl://127.0.0.1:50869/bootstrap: error:0A000086:SSL routines::certificate verify failed "
+            "(after 1ms in state SSL_HANDSHAKE)")
+    assert plain_reason(usual) == usual
+    assert plain_reason(busy) == ("ssl://127.0.0.1:50869/bootstrap: SSL handshake failed: error:0A000086:SSL "
+                                  "routines::certificate verify failed (after 1ms in state SSL_HANDSHAKE)")
+    other = "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)"
+    assert plain_reason(other) == other
+
+
 def test_settings_become_librdkafka_properties_with_secrets_kept_out_of_sight(tmp_path: Path) -> None:
     """A client .properties file as managed services hand it out (Java spelling, JAAS line),
     the hub's settings over it; secrets from files; mistakes as one-line ConfigErrors."""
