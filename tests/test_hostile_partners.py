@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from lucid_bench.attackers import HostilePublisher
-from tests.conftest import RunningHub, running_hub
+from tests.conftest import RunningHub, running_hub, within_twice
 from tests.mirror.test_mirror import DEV, TTL, partner_client, wait
 
 G = "https://acme.example/graphs/kpi"  # the well-behaved publisher's graph, mirrored directly
@@ -136,7 +136,7 @@ def test_a_hostile_publisher_stalls_only_its_own_mirror(hubs: tuple[RunningHub, 
         served = proxy.pages
         print(f"{attack}: following p99 unloaded {unloaded * 1000:.1f} ms, attacked {attacked * 1000:.1f} ms, "
               f"ratio {attacked / unloaded:.2f}; hostile pages served {served}")
-        assert attacked <= 2 * unloaded, (attack, unloaded, attacked)
+        within_twice(attacked, unloaded, f"{attack}: following p99")
     finally:
         arrivals.close()
         proxy.close()
@@ -301,7 +301,7 @@ def test_a_partys_heavy_queries_delay_no_other_partys_notifications(tmp_path: Pa
         assert [sequence for sequence, _ in seen] == list(range(101))  # nothing lost, nothing out of order
         assert 422 in answers and 429 in answers and set(answers) <= {422, 429}
         assert hub.runtime.queries.evaluation.engine._worker is worker  # the continuous queries' worker was never killed
-        assert attacked <= 2 * unloaded, (unloaded, attacked)
+        within_twice(attacked, unloaded, "notification p99")
 
 
 def test_a_round_for_a_mirror_removed_meanwhile_does_nothing(hubs: tuple[RunningHub, RunningHub]) -> None:
@@ -335,4 +335,4 @@ def test_a_partys_heavy_rule_delays_no_other_partys_publishes(tmp_path: Path) ->
         assert any(f["reason"].startswith("not evaluated: its owner's rules overran") for f in firings["firings"])
         lanes = hub.runtime.rules.lanes()
         assert lanes[""]["overruns"] == 0 and max(lane["overruns"] for lane in lanes.values()) >= 1
-        assert found.attacked <= 2 * found.unloaded, (found.unloaded, found.attacked)
+        within_twice(found.attacked, found.unloaded, "publish p99")

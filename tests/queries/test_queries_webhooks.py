@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from lucid_hub.policy.model import Condition
-from tests.conftest import Callback, RunningHub, running_hub
+from tests.conftest import Callback, RunningHub, running_hub, within_twice
 from tests.queries.test_queries import MINE, ORDERS, ORDERS_NT, put, status, update
 
 ENV = {"LUCID_DEV_MODE": "1", "LUCID_DELIVERY_BACKOFF_BASE": "0.05", "LUCID_DELIVERY_BACKOFF_MAX": "0.2",
@@ -210,4 +210,4 @@ def test_a_partys_hanging_callbacks_delay_no_other_partys_webhooks(tmp_path: Pat
               f"ratio {attacked / unloaded:.2f}; {hanging} connections held at the tarpit")
         assert sequences(callback) == list(range(61))  # nothing lost, in order
         assert hanging <= hub.runtime.queries.webhooks.per_party + 2, hanging  # (a retry may be connecting)
-        assert attacked <= 2 * unloaded, (unloaded, attacked)
+        within_twice(attacked, unloaded, "notification p99")
