@@ -7,17 +7,29 @@ speaking length-prefixed frames on stdin/stdout. A frame is a JSON header and a 
 
 Hand-written rather than multiprocessing/concurrent.futures: neither can kill one hung
 call and go on, and a plain child process avoids re-importing the caller's __main__.
+
+A guard process is a fork of a **zygote**: a child of the hub process, started at its first
+guard, that has imported the guards' modules once. A new interpreter and its imports cost
+0.3 s of CPU, at every guard a hub starts and again after every kill at a deadline (which a
+partner's overrunning queries cause at will); a fork of the zygote costs a few milliseconds.
+The zygote is handed each guard's two pipes over a Unix socket (SCM_RIGHTS) and answers with
+its pid; the hub kills and watches it through a pidfd. Where a zygote cannot run (no pidfd,
+no fork), a guard is a new interpreter as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import select
+import signal
+import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -55,11 +67,15 @@ class GuardProcess:
     """One child Python serving `target` ("module:function") for frames, until killed."""
 
     def __init__(self, target: str, memory_mb: int, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from lucid_hub.guard import serve; serve({target!r})"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env={**os.environ, **(env or {}), "LUCID_GUARD_MEMORY_MB": str(memory_mb)},
-        )
+        environment = {**os.environ, **(env or {}), "LUCID_GUARD_MEMORY_MB": str(memory_mb)}
+        self.proc: subprocess.Popen[bytes] | Forked
+        try:
+            self.proc = Zygote.here().fork(target, environment)
+        except (OSError, GuardFailed):  # no zygote here: a new interpreter
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", f"from lucid_hub.guard import serve; serve({target!r})"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment,
+            )
         self.ready = False
 
     def alive(self) -> bool:
@@ -204,3 +220,140 @@ def serve(target: str) -> None:
             answer = Frame({"status": "error", "kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
         stdout.write(answer.encode())
         stdout.flush()
+
+
+# --- the zygote ----------------------------------------------------------------------------
+# The modules of the hub's own guards, imported by the zygote before it forks any.
+PRELOAD = ("lucid_hub.queries.query_process", "lucid_hub.store.sparql_worker", "lucid_hub.rules.rule_process",
+           "lucid_hub.rdf.canon")
+
+
+class Forked:
+    """A guard forked by the zygote, as the hub sees it: its pipes, and a pidfd to watch and
+    kill it by (it is the zygote's child, not ours; the kernel reaps it)."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        self.pid, self.stdin, self.stdout = pid, stdin, stdout
+        self._pidfd: int | None = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        """None while it runs (its exit status is the zygote's to collect: 0 once ended)."""
+        if self._pidfd is None or select.select([self._pidfd], [], [], 0)[0]:
+            return 0
+        return None
+
+    def kill(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):  # (ended already)
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def wait(self) -> int:
+        if self._pidfd is not None:
+            select.select([self._pidfd], [], [])
+            os.close(self._pidfd)
+            self._pidfd = None
+        return 0
+
+    def __del__(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+
+
+class Zygote:
+    """The zygote of this process (started at the first guard; a forked hub process starts
+    its own). It ends when this process closes its socket, at exit."""
+
+    _here: tuple[int, Zygote] | None = None
+    _start_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", "from lucid_hub.guard import zygote; zygote()"],
+                                         stdin=theirs.fileno())
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()
+        self.sock.settimeout(STARTUP_TIMEOUT)
+        try:
+            if self.sock.recv(16) != b"ready":
+                raise GuardFailed("the zygote did not start")
+        except (OSError, GuardFailed):
+            self.close()
+            raise
+
+    @classmethod
+    def here(cls) -> Zygote:
+        with cls._start_lock:
+            if cls._here is None or cls._here[0] != os.getpid() or cls._here[1].proc.poll() is not None:
+                if not hasattr(os, "pidfd_open"):
+                    raise GuardFailed("no pidfd on this system")
+                cls._here = (os.getpid(), cls())
+            return cls._here[1]
+
+    def fork(self, target: str, env: dict[str, str]) -> Forked:
+        """A guard serving `target` with `env` as its environment."""
+        guard_in, hub_out = os.pipe()  # the guard's stdin
+        hub_in, guard_out = os.pipe()  # the guard's stdout
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [json.dumps({"target": target, "env": env}).encode()],
+                                [guard_in, guard_out])
+                answer = self.sock.recv(64)
+            if len(answer) != 8:
+                raise GuardFailed("the zygote did not answer")
+            pid = struct.unpack(">Q", answer)[0]
+        except BaseException:
+            os.close(hub_out)
+            os.close(hub_in)
+            raise
+        finally:
+            os.close(guard_in)
+            os.close(guard_out)
+        return Forked(pid, os.fdopen(hub_out, "wb"), os.fdopen(hub_in, "rb"))
+
+    def close(self) -> None:
+        self.sock.close()  # the zygote reads its end and exits
+        self.proc.wait()
+
+
+def zygote() -> None:
+    """The zygote's loop: import the guards' modules, then for each request on the socket
+    (stdin) fork a guard on the two pipes it came with, and answer with the guard's pid."""
+    sock = socket.socket(fileno=0)
+    for module in PRELOAD:
+        importlib.import_module(module)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the guards
+    sock.sendall(b"ready")
+    while True:
+        try:
+            message, fds, _flags, _address = socket.recv_fds(sock, 1 << 20, 2)
+        except OSError:
+            return
+        if not message or len(fds) != 2:
+            return
+        request = json.loads(message)
+        pid = os.fork()
+        if pid == 0:  # the guard
+            code = 0
+            try:
+                sock.close()
+                os.dup2(fds[0], 0)
+                os.dup2(fds[1], 1)
+                for fd in fds:
+                    os.close(fd)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.environ.clear()
+                os.environ.update(request["env"])
+                serve(request["target"])
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        sock.sendall(struct.pack(">Q", pid))
