@@ -48,6 +48,17 @@ def test_values_that_are_not_iris_urls_or_files_are_usage_errors_naming_the_opti
     assert not (tmp_path / "data").exists()
 
 
+def test_a_database_that_refuses_is_one_line_naming_the_setting_and_its_reason(run_cli: Any,
+                                                                            tmp_path: Path) -> None:
+    """SQLAlchemy's error (a server that is not there) is the database's reason in one line,
+    not an internal error; the commands that open no database do not import SQLAlchemy."""
+    env = {"LUCID_DATA_DIR": str(tmp_path / "data"), "LUCID_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/hub"}
+    said = one_line(run_cli("clients", "list", env=env), 1)
+    assert said.startswith("lucid-hub: error: the database (LUCID_DATABASE_URL") and "127.0.0.1" in said, said
+    probe = "import sys, lucid_hub.cli; print('sqlalchemy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
 def test_read_only_commands_make_no_data_directory_and_writing_ones_say_when_they_do(run_cli: Any,
                                                                                      tmp_path: Path) -> None:
     """A mistyped LUCID_DATA_DIR silently made a 280 KB database, even for `log`; a client
