@@ -9,7 +9,7 @@ Hand-written rather than multiprocessing/concurrent.futures: neither can kill on
 call and go on, and a plain child process avoids re-importing the caller's __main__.
 
 A guard process is a fork of a **zygote**: a child of the hub process, started at its first
-guard, that has imported the guards' modules once. A new interpreter and its imports cost
+guard, that imports each guard's module once, at the first guard of its kind. A new interpreter and its imports cost
 0.3 s of CPU, at every guard a hub starts and again after every kill at a deadline (which a
 partner's overrunning queries cause at will); a fork of the zygote costs a few milliseconds.
 The zygote is handed each guard's two pipes over a Unix socket (SCM_RIGHTS) and answers with
@@ -223,11 +223,6 @@ def serve(target: str) -> None:
 
 
 # --- the zygote ----------------------------------------------------------------------------
-# The modules of the hub's own guards, imported by the zygote before it forks any.
-PRELOAD = ("lucid_hub.queries.query_process", "lucid_hub.store.sparql_worker", "lucid_hub.rules.rule_process",
-           "lucid_hub.rdf.canon")
-
-
 class Forked:
     """A guard forked by the zygote, as the hub sees it: its pipes, and a pidfd to watch and
     kill it by (it is the zygote's child, not ours; the kernel reaps it)."""
@@ -319,11 +314,11 @@ class Zygote:
 
 
 def zygote() -> None:
-    """The zygote's loop: import the guards' modules, then for each request on the socket
-    (stdin) fork a guard on the two pipes it came with, and answer with the guard's pid."""
+    """The zygote's loop: for each request on the socket (stdin), import the target's module
+    (once: the guards of that target after the first start without imports; a command that
+    starts one guard pays no more than a new interpreter would), fork a guard on the two pipes
+    the request came with, and answer with the guard's pid."""
     sock = socket.socket(fileno=0)
-    for module in PRELOAD:
-        importlib.import_module(module)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the guards
     sock.sendall(b"ready")
     while True:
@@ -334,6 +329,8 @@ def zygote() -> None:
         if not message or len(fds) != 2:
             return
         request = json.loads(message)
+        with contextlib.suppress(Exception):  # (a module that cannot be imported: the guard says why)
+            importlib.import_module(request["target"].partition(":")[0])
         pid = os.fork()
         if pid == 0:  # the guard
             code = 0
