@@ -14,6 +14,7 @@ from typing import Any
 import requests
 
 from lucid_hub.client import HubClient, hub_token
+from lucid_hub.client.events import event_lines
 from lucid_hub.errors import InputError, RemoteRefusedError, RemoteUnreachableError
 from lucid_hub.outbound import explain
 
@@ -27,7 +28,7 @@ def default_state(hub_url: str, query: str) -> Path:
 
 def _events(response: requests.Response) -> Iterator[tuple[str, dict[str, Any]]]:
     event: dict[str, str] = {}
-    for line in response.iter_lines(decode_unicode=True):
+    for line in event_lines(response):
         if line == "":
             if "data" in event:
                 yield event.get("event", "message"), json.loads(event["data"])

@@ -19,6 +19,7 @@ from typing import Any
 
 import requests
 
+from lucid_hub.client.events import event_lines
 from lucid_hub.demo.ports import free_port, wait_for_port
 
 ADMIN_SCOPES = ["graphs:read", "graphs:write", "hub:subscribe", "admin"]
@@ -158,7 +159,7 @@ class EventStream:
         if self.response.status_code != 200:
             raise RuntimeError(f"{hub.name}'s event stream answered {self.response.status_code}: "
                                f"{self.response.text[:200]}")
-        self._lines = self.response.iter_lines(decode_unicode=True)
+        self._lines = event_lines(self.response)
         next(self._lines)  # the opening comment: listening from now on
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()

@@ -43,7 +43,9 @@ def read_properties(path: str) -> dict[str, str]:
     except OSError as exc:
         raise ConfigError(f"LUCID_KAFKA_PROPERTIES_FILE: cannot read {path}: {exc.strerror}") from None
     found: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    # A properties file's lines end at \n, \r\n or \r (read as text, all \n), not at U+2028 or
+    # U+0085, which str.splitlines() also splits at (a secret may hold them).
+    for number, line in enumerate(text.split("\n"), start=1):
         line = line.strip()
         if not line or line[0] in "#!":
             continue

@@ -88,7 +88,9 @@ def _load(request: Frame) -> Frame:
     graph = ox.NamedNode(request.header["graph"])
     if _store.contains_named_graph(graph):
         _store.clear_graph(graph)
-    _load_lines(_store, request.body.decode().splitlines(), graph)
+    # Lines split at "\n" only: str.splitlines() also splits at U+2028, U+0085 and others that
+    # N-Triples leaves raw in literals (one party's literal broke every worker's load).
+    _load_lines(_store, [line for line in request.body.decode().split("\n") if line], graph)
     return Frame({"status": "ok"})
 
 

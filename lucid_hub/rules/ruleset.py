@@ -168,7 +168,7 @@ class RuleSet:
         found = set(index.get(None, ()))
         for side in (patch.added, patch.removed):
             for msg in side:
-                for line in msg.nquads.splitlines():
+                for line in msg.nquads.split("\n"):  # (not splitlines: U+2028 is raw in literals)
                     parts = line.split(" ", 2)
                     if len(parts) > 1:
                         found.update(index.get(parts[1], ()))

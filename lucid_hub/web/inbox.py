@@ -204,7 +204,7 @@ def notification(ident: str) -> Response:
     if not writer:  # its sender, while it may still read the graph (access is decided at each read)
         require_graph(item.graph, "read")
     media_type = negotiate(ANSWER_TYPES, "application/ld+json")
-    lines = [line[:-2] for line in item.body.splitlines() if line.endswith(" .")]
+    lines = [line[:-2] for line in item.body.split("\n") if line.endswith(" .")]  # (not splitlines: U+2028)
     return Response(Document(lines, []).render(media_type), mimetype=media_type,
                     headers={"Link": f'<{LDP}RDFSource>; rel="type", <{LDP}Resource>; rel="type"',
                              "Vary": "Accept, Authorization", "Cache-Control": "private, max-age=3600",

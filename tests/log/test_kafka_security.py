@@ -264,3 +264,15 @@ def test_oauthbearer_takes_a_token_from_the_identity_provider_and_the_broker_che
                     ready.text
                 assert "Failed to acquire SASL OAUTHBEARER token" in ready.text and "invalid_client" in ready.text
         assert secret not in caplog.text
+
+
+def test_a_properties_value_holding_unicode_line_breaks_stays_whole(tmp_path: Path) -> None:
+    """A .properties file's lines end at \\n, \\r\\n or \\r only: a secret holding U+2028, U+0085
+    or a form feed is one value (str.splitlines() cut it there, and read the rest as a key)."""
+    from lucid_hub.log.kafka_config import read_properties
+
+    secret = "pa\u2028ss\u0085wo\x0crd"
+    (tmp_path / "client.properties").write_bytes(
+        f"bootstrap.servers=b:9092\r\nsasl.password={secret}\rsasl.username=acme\n".encode())
+    assert read_properties(str(tmp_path / "client.properties")) == {
+        "bootstrap.servers": "b:9092", "sasl.password": secret, "sasl.username": "acme"}

@@ -107,6 +107,28 @@ def test_first_results_then_only_changes_in_sequence(orders_hub: RunningHub) -> 
     assert len(found[0]["notification"]["patches"]) == 1
 
 
+# Where Unicode breaks lines and RDF does not: N-Triples leaves these raw inside literals.
+LINE_BREAKS = "\u2028\u2029\u0085\x0b\x0c\x1c\x1d\x1e"
+
+
+def test_a_literal_holding_unicode_line_breaks_is_one_statement_to_the_query_worker(orders_hub: RunningHub) -> None:
+    """The reproduction: one party's literal "line\u2028sep" made every new subscription over
+    its graph answer 503, and after the worker restarted (it loads every graph again) the other
+    subscriptions got nothing: the worker split the graph's statements with str.splitlines()."""
+    hub = orders_hub
+    odd = f"held{LINE_BREAKS}here"
+    update(hub, f"INSERT DATA {{ GRAPH <{ORDERS}> {{ <{EX}o3> <{EX}status> {json.dumps(odd)} ; "
+                f"<{EX}buyer> <{EX}p1> }} }}")
+    first = subscribe(hub, hub.http, MINE)["notification"]
+    assert {"o": f"{EX}o3", "s": odd} in rows(first["addedResults"])
+    service = hub.runtime.queries.evaluation
+    service.engine._worker.kill()  # the next change loads every graph into a new worker
+    update(hub, status("o1", "open", "shipped"))
+    settle(hub)
+    found = notifications(hub, hub.http, first["spuid"], after=0)["notifications"]
+    assert [rows(n["notification"]["addedResults"]) for n in found] == [[{"o": f"{EX}o1", "s": "shipped"}]]
+
+
 def test_server_sent_events_resume_with_last_event_id(orders_hub: RunningHub) -> None:
     hub = orders_hub
     spuid = subscribe(hub, hub.http, MINE)["notification"]["spuid"]
