@@ -17,6 +17,7 @@ from typing import Any
 import pyoxigraph as ox
 
 from lucid_hub.errors import PolicyError
+from lucid_hub.rdf.syntax import term_limit_error
 
 ECCAUTH = "https://vocab.eccenca.com/auth/"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
@@ -238,6 +239,8 @@ def parse_turtle(data: bytes | str, source: str, base_iri: str | None = None) ->
         quads = list(ox.parse(data, format=ox.RdfFormat.TURTLE, base_iri=base_iri))
     except SyntaxError as exc:
         raise PolicyError(f"{source}: not valid Turtle: {' '.join(str(exc).split())}") from None
+    except MemoryError as exc:
+        raise term_limit_error(exc, source) from None
     return conditions_from_quads(quads, source)
 
 

@@ -31,6 +31,7 @@ from lucid_hub.rdf.msg import (
 )
 from lucid_hub.rdf.patch import ID_PREFIX, XSD_DATETIME, Patch, check_patch_id, format_created, parse_created
 from lucid_hub.rdf.statements import relabel
+from lucid_hub.rdf.syntax import term_limit_error
 
 MEDIA_TYPE = "application/rdf-patch"
 _ID_LINE = re.compile(rb"H id <(urn:sha256:[0-9a-f]{64})> \.\n")
@@ -284,6 +285,8 @@ def _rows_to_quads(rows: list[str], numbers: list[int], graph: str | None) -> li
         row = (exc.lineno or 1) - 1
         line = numbers[min(row, len(numbers) - 1)]
         raise PatchFormatError(f"line {line}: {_LINE_NO.sub('', message).strip(' :')}") from None
+    except MemoryError as exc:
+        raise term_limit_error(exc, "the patch") from None
     if graph is None:
         raise PatchFormatError("patch names no graph (header 'H graph <IRI> .')")
     for q in quads:

@@ -98,6 +98,21 @@ def format_of_path(path: str | Path, override: str | None = None) -> ox.RdfForma
     return FORMATS[suffixes[-1].lstrip(".")]
 
 
+# The longest term (an IRI or a literal) the RDF parsers take: oxigraph's parsers buffer one
+# token of at most this many bytes and raise MemoryError ("Reached the buffer maximal size")
+# beyond it, whatever the body limit allows.
+TERM_MAX_BYTES = 16 * 1024 * 1024
+
+
+def term_limit_error(exc: MemoryError, name: str) -> InputTooLargeError:
+    """The parser's refusal of a term over TERM_MAX_BYTES, as the input error (413) it is; a
+    MemoryError of another kind is raised again."""
+    if "buffer maximal size" not in str(exc):
+        raise exc
+    return InputTooLargeError(f"{name}: a term (an IRI or a literal) is longer than {TERM_MAX_BYTES:,} bytes, "
+                              "the most the RDF parser takes")
+
+
 def read_quads(
     source: bytes | str | IO[bytes] | Path,
     fmt: ox.RdfFormat,
@@ -136,6 +151,8 @@ def read_quads(
             yield quad
     except SyntaxError as exc:
         raise RdfSyntaxError(f"{name}: {_syntax_message(exc)}") from None
+    except MemoryError as exc:
+        raise term_limit_error(exc, name) from None
     except OSError as exc:
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:

@@ -207,3 +207,33 @@ def test_prefixes_that_expand_a_small_turtle_body_past_its_budget_are_refused_an
     answer = hub.http.put(f"{hub.url}/graphs", params={"graph": G}, data=fine, headers={"Content-Type": "text/turtle"})
     assert answer.status_code == 201, answer.text
     assert answer.json()["added"] == 3
+
+
+def test_a_term_longer_than_the_parser_takes_is_a_413_naming_the_limit_and_nothing_is_written(
+        tmp_path: Path) -> None:
+    """The reproduction: a PUT of one 20 MB literal (under the body limit) answered 500, the RDF
+    parser's MemoryError for a token over its 16 MiB buffer. Every body parsed as RDF refuses it
+    as too large, naming the limit: graphs in each syntax, patches, access conditions."""
+    from lucid_hub.rdf.syntax import TERM_MAX_BYTES
+    from tests.conftest import running_hub
+
+    huge = "x" * (TERM_MAX_BYTES + 1_000_000)
+    with running_hub(tmp_path / "data", f"sqlite:///{tmp_path / 'hub.db'}",
+                     {"LUCID_MAX_BODY_BYTES": str(3 * TERM_MAX_BYTES)}) as hub:
+        before = snapshot(hub)
+        limit = f"{TERM_MAX_BYTES:,} bytes"
+        for method, path, body, media_type, named in [
+                ("PUT", f"/graphs?graph={G}", f'<urn:s> <urn:p> "{huge}" .\n', "application/n-triples", limit),
+                ("PUT", f"/graphs?graph={G}", f'<urn:s> <urn:p> "{huge}" .\n', "text/turtle", limit),
+                ("POST", f"/graphs?graph={G}", f"<urn:s> <urn:p> <urn:{huge}> .\n", "application/n-triples", limit),
+                ("POST", f"/patches?graph={G}", f'TX .\nA <urn:s> <urn:p> "{huge}" .\nTC .\n', "application/rdf-patch",
+                 limit),
+                ("POST", "/admin/conditions", f'<urn:c:x> <{"http://www.w3.org/2000/01/rdf-schema#label"}> "{huge}" .\n',
+                 "text/turtle", limit),
+                # (an update has a limit of its own, far below the parser's)
+                ("POST", "/sparql", f'INSERT DATA {{ GRAPH <{G}> {{ <urn:s> <urn:p> "{huge}" }} }}',
+                 "application/sparql-update", "LUCID_MAX_UPDATE_BYTES")]:
+            answer = hub.http.request(method, f"{hub.url}{path}", data=body.encode(), headers={"Content-Type": media_type})
+            assert answer.status_code == 413 and named in answer.text, (path, media_type, answer.status_code,
+                                                                        answer.text[:300])
+        assert snapshot(hub) == before
