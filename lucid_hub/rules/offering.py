@@ -41,6 +41,7 @@ from lucid_hub.rules.offers import (
     offer_activity,
     reads_any,
     summary,
+    told_summaries,
     undo_activity,
 )
 from lucid_hub.rules.service import RuleService
@@ -216,9 +217,14 @@ class RuleOffers:
         row = self.book.get(offer_id, "in")
         if not owner.admin and json.loads(row.owner).get("account") != owner.account:
             raise ForbiddenError(f"offer urn:uuid:{offer_id} is not yours")
-        party = Owner.from_json(json.loads(row.owner)).party
-        visible = [summary(r.rule) for r in self.rules.rules()
-                   if reads_any(r.rule, lambda graph: self.rules.allows(party, graph, "read"))]
+        offering = Owner.from_json(json.loads(row.owner))
+        party = offering.party
+
+        def may_read(graph: str) -> bool:
+            return self.rules.allows(party, graph, "read")
+
+        visible = told_summaries([(r.rule, r.owner.account == offering.account) for r in self.rules.rules()
+                                  if reads_any(r.rule, may_read)], may_read)
         return {**describe(row), "summaries": visible}
 
     def all(self, direction: str | None = None) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ hub); `OfferBook` keeps both directions in `rule_offers`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterable
@@ -51,6 +52,34 @@ def summary(rule: Rule) -> dict[str, Any]:
 
     return {"iri": rule.iri, "event": rule.event, "action": rule.action, "bound": rule.bound,
             "on": patterns(rule.on), "inserts": patterns(rule.inserts), "deletes": patterns(rule.deletes)}
+
+
+def told_summaries(rules: Iterable[tuple[Rule, bool]], may_read: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """Rules as a party's hub is told them for its termination analysis: nothing the party
+    could not read itself. Its own rules (`True`) as they are; another party's under a name
+    that means nothing (`urn:lucid:rule:<n>`), with its variables renamed, and as a fresh
+    variable each graph the party may not read, each subject and object that is not a
+    variable, and each predicate of such a graph (an unknown term: the analysis takes it to
+    match anything, which can only make it more careful, never less)."""
+    return [summary(rule) if own else summary(_redacted(rule, n, may_read))
+            for n, (rule, own) in enumerate(rules, start=1)]
+
+
+def _redacted(rule: Rule, n: int, may_read: Callable[[str], bool]) -> Rule:
+    names: dict[str, Variable] = {}
+    hidden = (Variable(f"h{k}") for k in itertools.count())
+
+    def renamed(term: Any) -> Variable | None:
+        return names.setdefault(str(term), Variable(f"v{len(names)}")) if isinstance(term, Variable) else None
+
+    def pattern(p: Pattern) -> Pattern:
+        readable = isinstance(p.graph, Variable) or may_read(str(p.graph))
+        graph = renamed(p.graph) or (p.graph if readable else next(hidden))
+        predicate = renamed(p.predicate) or (p.predicate if readable else next(hidden))
+        return Pattern(graph, renamed(p.subject) or next(hidden), predicate, renamed(p.object) or next(hidden))
+
+    return Rule(f"urn:lucid:rule:{n}", 0, "immediate", "each", rule.bound, rule.event, tuple(map(pattern, rule.on)),
+                None, rule.action, "", tuple(map(pattern, rule.inserts)), tuple(map(pattern, rule.deletes)))
 
 
 def rule_of(data: Any) -> Rule:

@@ -158,6 +158,33 @@ def test_a_cycle_through_two_companies_is_refused_with_both_rules_named(pair) ->
     assert f"<https://acme.example/rules/echo-plan> runs at {globex.url}" in cycle.text
 
 
+def test_an_offers_status_tells_the_offering_party_nothing_it_could_not_read(pair) -> None:  # type: ignore[no-untyped-def]
+    """The reproduction: the offer's status listed, for acme, globex's own rule over a graph
+    acme may read with its IRI, the graph it writes that acme may not read, and the constant
+    of its action. Now acme's hub is told that rule under a name that means nothing, with what
+    it may not read as unknown terms, so its termination analysis still counts it."""
+    acme, globex, client = pair
+    prices = "https://globex.example/graphs/prices"
+    add_rules(globex, f"""PREFIX ex: <{EX}>
+RULE <https://globex.example/rules/price-note>
+ON INSERT {{ GRAPH <{ORDERS}> {{ ?o ex:status ex:Shipped }} }}
+DO INSERT {{ GRAPH <{prices}> {{ ?o ex:note "EUR 12.50 negotiated with Initech" }} }} WHERE {{}}
+""")
+    made = offer(acme, globex, client, SHIPPED)
+    told = {json.dumps(offers(acme)), json.dumps(made)}
+    form = {"grant_type": "client_credentials", **client}
+    bearer = requests.post(f"{globex.url}/oauth/token", data=form, timeout=30).json()["access_token"]
+    status = requests.get(made["location"], headers={"Authorization": f"Bearer {bearer}"}, timeout=30)  # as acme asks
+    assert status.status_code == 200, status.text
+    told.add(status.text)
+    for text in told:
+        assert "price-note" not in text and prices not in text and "Initech" not in text, text
+    summaries = status.json()["summaries"]
+    shown = [item for item in summaries if item["iri"].startswith("urn:lucid:rule:")]
+    assert len(shown) == 1 and shown[0]["on"][0][0] == f"<{ORDERS}>"  # (a graph acme may read, as it is)
+    assert shown[0]["inserts"][0][0].startswith("?")  # the graph it may not read: an unknown term
+
+
 def test_the_partner_refuses_an_offer_that_cycles_with_its_own_rules(pair) -> None:  # type: ignore[no-untyped-def]
     """A cycle only globex can see (its own rule, acme's rule from the offer's summaries and
     the offered rule): refused at globex when its admin accepts, the offer left pending."""
