@@ -57,6 +57,14 @@ def published_head(hub: HubProcess) -> str:
                         ).headers["ETag"].strip('"'))
 
 
+def state(acme: HubProcess, globex: HubProcess) -> str:
+    """What to say when a mirror does not follow: the publisher's head and subscriptions, the
+    mirror as its hub reports it (state, head, last error), and the end of both hubs' logs."""
+    subscriptions = str(acme.subscriptions())[:1500]
+    return (f"publisher's head {published_head(acme)}\nsubscriptions {subscriptions}\nmirror {globex.mirrors()}\n"
+            f"publisher's log\n{acme.log_tail(40)}\nmirror's log\n{globex.log_tail(40)}")
+
+
 def head_of(hub: HubProcess) -> str | None:
     mirrors = hub.mirrors()
     return mirrors[0]["head"] if mirrors else None
@@ -75,7 +83,7 @@ def test_a_mirror_stays_isomorphic_and_catches_up_after_being_killed(
             for _ in range(8):
                 acme.publish(G, random_version(rng))
             head = published_head(acme)
-            wait_until(lambda: head_of(globex) == head, 60, "the mirror to follow")
+            wait_until(lambda: head_of(globex) == head, 60, "the mirror to follow", lambda: state(acme, globex))
             assert canonical(globex.content(G), canonicalizer) == canonical(acme.content(G), canonicalizer)
 
             globex.stop(kill=True)  # SIGKILL mid-stream: no clean-up
@@ -83,7 +91,8 @@ def test_a_mirror_stays_isomorphic_and_catches_up_after_being_killed(
                 acme.publish(G, random_version(rng))
             globex.start()  # catches up from ACME's archive at start (and by gap filling)
             head = published_head(acme)
-            wait_until(lambda: head_of(globex) == head, 60, "the restarted mirror to catch up")
+            wait_until(lambda: head_of(globex) == head, 60, "the restarted mirror to catch up",
+                       lambda: state(acme, globex))
             assert canonical(globex.content(G), canonicalizer) == canonical(acme.content(G), canonicalizer)
             mirror = globex.mirrors()[0]
             assert mirror["quarantined"] == 0 and mirror["length"] == len(acme.call(

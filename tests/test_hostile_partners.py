@@ -336,3 +336,68 @@ def test_a_partys_heavy_rule_delays_no_other_partys_publishes(tmp_path: Path) ->
         lanes = hub.runtime.rules.lanes()
         assert lanes[""]["overruns"] == 0 and max(lane["overruns"] for lane in lanes.values()) >= 1
         within_twice(found.attacked, found.unloaded, "publish p99")
+
+
+class EndlessAnswers:
+    """A partner's server on loopback whose keys (or token answer) never end: a JSON document
+    streamed as fast as it is read, up to 200 MB (enough to tell a bounded read from one that
+    is not, without hanging a test that fails)."""
+
+    def __init__(self, endless: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from lucid_hub.signing import generate_key
+
+        endless_path = endless
+        keys = json.dumps({"keys": [generate_key().public_jwk()]}).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def _answer(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                if self.path.split("?")[0] != endless_path:  # (the keys are a real JWKS, the token a token)
+                    self.wfile.write(keys if "jwks" in self.path else
+                                     b'{"access_token": "t", "token_type": "Bearer", "expires_in": 60}')
+                    return
+                with contextlib.suppress(OSError):
+                    self.wfile.write(b'{"keys": [], "x": "')
+                    for _ in range(200):
+                        self.wfile.write(b"A" * (1 << 20))
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("endless, bound", [("/.well-known/jwks.json", "1,048,576 bytes"),
+                                            ("/oauth/token", "16,777,216 bytes")])
+def test_a_partners_endless_answer_is_read_only_to_its_bound(tmp_path: Path, endless: str, bound: str) -> None:
+    """The reproduction: `mirror add` against a server streaming `{"keys":[],"x":"AAAA…` read
+    6.8 GiB into the worker (its limit 1 GiB) and answered 500. Every answer of a partner is
+    read to a bound first: its keys to 1 MiB, any other to 16 MiB (outbound.answer_limit)."""
+    import resource
+
+    hostile = EndlessAnswers(endless)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    try:
+        with running_hub(tmp_path / "globex", f"sqlite:///{tmp_path / 'globex.db'}", DEV) as partner:
+            answer = partner.http.post(f"{partner.url}/admin/mirrors", timeout=60, json={
+                "hub": f"{hostile.url}/hub", "graph": G, "client_id": "c", "client_secret": "s"})
+            assert answer.status_code == 400 and f"longer than {bound}" in answer.text, answer.text
+            assert partner.http.get(f"{partner.url}/admin/mirrors", timeout=30).json()["mirrors"] == []
+    finally:
+        hostile.close()
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
+    assert grown < 150 * 1024, f"the process grew by {grown // 1024} MiB"

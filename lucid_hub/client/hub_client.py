@@ -31,11 +31,13 @@ from lucid_hub.errors import (
     RemoteRefusedError,
     RemoteUnreachableError,
 )
-from lucid_hub.outbound import explain
+from lucid_hub.outbound import answer_limit, explain
 from lucid_hub.rdf.metadata import HEADER as METADATA_HEADER
 from lucid_hub.rdf.metadata import Metadata, to_json
 
 TIMEOUT = 30.0
+# The most a hub's keys (a JWKS) may be: a few keys are a few kilobytes.
+JWKS_BYTES = 1024 * 1024
 LDP_INBOX = "http://www.w3.org/ns/ldp#inbox"
 BULK_TIMEOUT = 3600.0  # a bulk upload or download of a large graph
 IDENTITY = {"Accept-Encoding": "identity"}  # answers read within a cap: counted as they arrive
@@ -187,7 +189,8 @@ def fetch_jwks(source: str, http: requests.Session) -> str:
         return source
     if source.startswith(("http://", "https://")):
         try:
-            response = http.get(source, timeout=TIMEOUT)
+            with answer_limit(JWKS_BYTES):
+                response = http.get(source, timeout=TIMEOUT)
         except requests.RequestException as exc:
             raise InputError(f"cannot fetch the publisher's keys from {source}: {explain(exc)}") from None
         if response.status_code != 200:

@@ -12,11 +12,15 @@ private IPv4 (2002:a9fe:a9fe::) and NAT64 ones global.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import hmac
 import ipaddress
 import socket
 import ssl
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import certifi
@@ -172,6 +176,32 @@ def pool_manager(policy: AddressPolicy, **kwargs: Any) -> urllib3.PoolManager:
     return manager
 
 
+# --- bounded answers ------------------------------------------------------------------------
+# A partner's answer is read whole before anything parses it, so it is read at most this many
+# bytes (after content decoding: a compressed bomb counts as it unpacks) and for at most
+# ANSWER_SECONDS in all, whatever it claims: a server streaming an endless JSON document as
+# its keys sent 2.8 GiB in 4 s into a worker with a 1 GiB limit. A request that expects a small
+# document asks for less (`answer_limit`); one that streams (stream=True: archive pages, event
+# streams) reads under bounds of its own.
+ANSWER_BYTES = 16 * 1024 * 1024
+ANSWER_SECONDS = 60.0
+_answer_bytes: contextvars.ContextVar[int] = contextvars.ContextVar("answer_bytes", default=ANSWER_BYTES)
+
+
+@contextmanager
+def answer_limit(max_bytes: int) -> Iterator[None]:
+    """Within it, this thread's requests through `session` read answers of at most `max_bytes`."""
+    token = _answer_bytes.set(max_bytes)
+    try:
+        yield
+    finally:
+        _answer_bytes.reset(token)
+
+
+class AnswerRefused(requests.RequestException):
+    """A partner's answer was longer, or slower, than its bound (a failed request to callers)."""
+
+
 class _GuardedAdapter(requests.adapters.HTTPAdapter):
     def __init__(self, policy: AddressPolicy) -> None:
         self.policy = policy
@@ -187,6 +217,30 @@ class _GuardedAdapter(requests.adapters.HTTPAdapter):
             pool_kwargs.setdefault("ssl_context", self.policy.tls_context())
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
         self.poolmanager.pool_classes_by_scheme = _pool_classes(self.policy)
+
+    def send(self, request: requests.PreparedRequest, stream: bool = False,
+             timeout: float | tuple[float, float] | tuple[float, None] | None = None, verify: bool | str = True,
+             cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+             proxies: Mapping[str, str] | None = None) -> requests.Response:
+        response = super().send(request, stream=True, timeout=timeout, verify=verify, cert=cert, proxies=proxies)
+        if stream:
+            return response
+        limit, deadline = _answer_bytes.get(), time.monotonic() + ANSWER_SECONDS
+        body = bytearray()
+        try:
+            for chunk in response.iter_content(1 << 16):
+                body += chunk
+                if len(body) > limit:
+                    raise AnswerRefused(f"the answer of {request.url} is longer than {limit:,} bytes",
+                                        response=response)
+                if time.monotonic() > deadline:
+                    raise AnswerRefused(f"the answer of {request.url} took longer than {ANSWER_SECONDS:g} s",
+                                        response=response)
+        except BaseException:
+            response.close()
+            raise
+        response._content = bytes(body)  # (what `Response.content` would have read: read, bounded)
+        return response
 
 
 def session(policy: AddressPolicy, user_agent: str) -> requests.Session:
