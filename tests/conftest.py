@@ -58,8 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for `-n auto`: twice the cores (the tests wait on sockets and processes more
     than they compute: 13 % of two cores busy, one test at a time); PYTEST_XDIST_AUTO_NUM_WORKERS
-    sets another number."""
-    return 2 * (os.cpu_count() or 1)
+    sets another number (this hook replaces xdist's own, which read it)."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip()
+    return int(chosen) if chosen.isdigit() and int(chosen) > 0 else 2 * (os.cpu_count() or 1)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
